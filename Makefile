@@ -1,0 +1,116 @@
+# sparsellm.c build.
+#   make            build every binary (CPU tools, CUDA binaries, tests, benchmarks)
+#   make test       build everything, run the CPU tests, run the GPU tests when a GPU is visible
+#   make clean
+# Options: GPU_ARCH (default Hopper sm_90a), NO_MPI=1, NO_NCCL=1, NVCC, CC.
+# A local dependency prefix in .deps/ (scripts/deps_unpack.sh) is used when present.
+
+CC      ?= gcc
+NVCC    ?= nvcc
+BUILD   := build
+GPU_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
+
+CFLAGS  := -O2 -g -std=c11 -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -I. -Icore
+NVFLAGS := -O3 -g -std=c++17 $(GPU_ARCH) -I. -Icore -Xcompiler -Wall,-Wno-unused-function \
+           --expt-relaxed-constexpr -lineinfo
+LDLIBS  := -lcjson -lpcre2-8 -lm -lpthread
+
+# Local prefix of unpacked .deb files (offline GPU machines).
+DEPS_LIB := $(firstword $(wildcard .deps/usr/lib/x86_64-linux-gnu .deps/usr/lib))
+ifneq ($(wildcard .deps/usr/include),)
+  CFLAGS  += -I.deps/usr/include
+  NVFLAGS += -I.deps/usr/include
+endif
+ifneq ($(DEPS_LIB),)
+  LDFLAGS_DEPS := -L$(DEPS_LIB) -Wl,-rpath,$(abspath $(DEPS_LIB))
+  NVLDFLAGS_DEPS := -L$(DEPS_LIB) -Xlinker -rpath -Xlinker $(abspath $(DEPS_LIB))
+endif
+
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+HAVE_NVCC := $(if $(shell command -v $(NVCC) 2>/dev/null),1,)
+CUDA_LIBS := -lcublasLt -lcublas -lcuda -ldl
+
+# NCCL (multi-GPU) and MPI (launcher) are detected and optional.
+ifeq ($(NO_NCCL),)
+  ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
+    NVFLAGS += -DUSE_NCCL
+    CUDA_LIBS += -lnccl
+  endif
+endif
+ifeq ($(NO_MPI),)
+  MPI_INC := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openmpi/include /usr/include/openmpi /usr/include/x86_64-linux-gnu/openmpi))
+  MPI_LIBDIR := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openmpi/lib))
+  ifneq ($(and $(MPI_INC),$(wildcard $(MPI_INC)/mpi.h)),)
+    NVFLAGS += -DUSE_MPI -I$(MPI_INC)
+    CUDA_LIBS += $(if $(MPI_LIBDIR),-L$(MPI_LIBDIR)) -lmpi
+  endif
+endif
+
+# ---- C library shared by all binaries and tests --------------------------------------------
+LIB_SRCS := $(filter-out %_main.c,$(wildcard core/*.c dataloader/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+LIB      := $(BUILD)/libsllm.a
+
+# ---- tests ---------------------------------------------------------------------------------
+TEST_SUPPORT_SRCS := $(filter-out test/test_%.c,$(wildcard test/*.c))
+TEST_SUPPORT_OBJS := $(TEST_SUPPORT_SRCS:%.c=$(BUILD)/%.o)
+CPU_TESTS := $(patsubst test/%.c,$(BUILD)/%,$(wildcard test/test_*.c))
+GPU_TESTS := $(patsubst test/gpu/%.cu,$(BUILD)/gpu_%,$(wildcard test/gpu/test_*.cu))
+
+# ---- binaries ------------------------------------------------------------------------------
+TOOLS     := $(patsubst dataloader/%_main.c,$(BUILD)/%,$(wildcard dataloader/*_main.c))
+CUDA_BINS := $(patsubst %.cu,$(BUILD)/%,$(wildcard train_gpt_relu.cu infer.cu))
+BENCHES   := $(patsubst dev/bench/%.cu,$(BUILD)/%,$(wildcard dev/bench/*.cu))
+
+ALL_CPU := $(LIB) $(TOOLS) $(CPU_TESTS)
+ALL_GPU := $(CUDA_BINS) $(GPU_TESTS) $(BENCHES)
+
+.PHONY: all cpu gpu test clean
+all: cpu gpu
+cpu: $(ALL_CPU)
+ifeq ($(HAVE_NVCC),1)
+gpu: $(ALL_GPU)
+else
+gpu:
+	@echo "nvcc not found: CUDA targets not built (install the CUDA toolkit; see scripts/setup.sh)"
+endif
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	ar rcs $@ $^
+
+$(BUILD)/%: dataloader/%_main.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
+
+$(BUILD)/test_%: test/test_%.c $(TEST_SUPPORT_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itest $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(LDFLAGS_DEPS) -lcmocka $(LDLIBS)
+
+$(BUILD)/gpu_test_%: test/gpu/test_%.cu $(TEST_SUPPORT_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -Itest $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(NVLDFLAGS_DEPS) -lcmocka $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/%: %.cu $(LIB)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $< -o $@ $(LIB) $(NVLDFLAGS_DEPS) $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/%: dev/bench/%.cu $(TEST_SUPPORT_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -Itest $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(NVLDFLAGS_DEPS) $(LDLIBS) $(CUDA_LIBS)
+
+# Header dependencies of CUDA targets: rebuild when any header changes.
+CUDA_HEADERS := $(wildcard core/*.h core/*.cuh twell/*.h twell/*.cuh dataloader/*.h test/*.h)
+$(CUDA_BINS) $(GPU_TESTS) $(BENCHES): $(CUDA_HEADERS)
+
+test: all
+	@bash test/run_tests.sh $(CPU_TESTS) -- $(GPU_TESTS)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(LIB_OBJS:.o=.d) $(TEST_SUPPORT_OBJS:.o=.d)

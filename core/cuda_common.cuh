@@ -1,0 +1,74 @@
+// core/cuda_common.cuh: CUDA error checks, bf16 helpers, small device utilities.
+// Every CUDA/cuBLAS call is checked; a failure names the call, the error and file:line, then exits.
+#ifndef SLLM_CUDA_COMMON_CUH
+#define SLLM_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common.h"
+
+typedef __nv_bfloat16 bf16;
+
+static inline void cuda_check_at(cudaError_t e, const char *what, const char *file, int line) {
+    if (e != cudaSuccess) {
+        fflush(stdout);
+        fprintf(stderr, "error: CUDA call failed: %s\n  -> %s (%s)\n  (at %s:%d)\n", what, cudaGetErrorString(e),
+                cudaGetErrorName(e), file, line);
+        exit(1);
+    }
+}
+#define cudaCheck(call) cuda_check_at((call), #call, __FILE__, __LINE__)
+// After a kernel launch: catches bad launch configurations at once.
+#define cudaCheckLaunch() cuda_check_at(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+static inline void cublas_check_at(cublasStatus_t s, const char *what, const char *file, int line) {
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        fflush(stdout);
+        fprintf(stderr, "error: cuBLAS call failed: %s\n  -> status %d (%s)\n  (at %s:%d)\n", what, (int)s,
+                cublasGetStatusString(s), file, line);
+        exit(1);
+    }
+}
+#define cublasCheck(call) cublas_check_at((call), #call, __FILE__, __LINE__)
+
+static inline size_t ceil_div_sz(size_t a, size_t b) { return (a + b - 1) / b; }
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+// True when a CUDA device is usable (used by tests to skip cleanly on machines without a GPU).
+static inline int cuda_device_available(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
+    return n > 0;
+}
+
+// Host-side bf16 buffers: upload fp32 -> bf16 and download bf16 -> fp32.
+static inline void upload_bf16(bf16 *dst, const float *src, size_t n) {
+    uint16_t *tmp = (uint16_t *)sllm_malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) tmp[i] = sllm_f32_to_bf16(src[i]);
+    cudaCheck(cudaMemcpy(dst, tmp, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    free(tmp);
+}
+static inline void download_bf16(float *dst, const bf16 *src, size_t n) {
+    uint16_t *tmp = (uint16_t *)sllm_malloc(n * sizeof(uint16_t));
+    cudaCheck(cudaMemcpy(tmp, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) dst[i] = sllm_bf16_to_f32(tmp[i]);
+    free(tmp);
+}
+
+// Warp reductions.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#endif  // SLLM_CUDA_COMMON_CUH

@@ -52,13 +52,14 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libsllm.a
 
 # ---- tests ---------------------------------------------------------------------------------
-TEST_SUPPORT_SRCS := $(filter-out test/test_%.c,$(wildcard test/*.c))
+TEST_SUPPORT_SRCS := $(filter-out test/test_%.c %_main.c,$(wildcard test/*.c))
 TEST_SUPPORT_OBJS := $(TEST_SUPPORT_SRCS:%.c=$(BUILD)/%.o)
 CPU_TESTS := $(patsubst test/%.c,$(BUILD)/%,$(wildcard test/test_*.c))
 GPU_TESTS := $(patsubst test/gpu/%.cu,$(BUILD)/gpu_%,$(wildcard test/gpu/test_*.cu))
 
 # ---- binaries ------------------------------------------------------------------------------
-TOOLS     := $(patsubst dataloader/%_main.c,$(BUILD)/%,$(wildcard dataloader/*_main.c))
+# Command-line tools: any <dir>/<name>_main.c becomes build/<name> (test/ tools link the CPU reference).
+TOOLS     := $(foreach f,$(wildcard dataloader/*_main.c core/*_main.c test/*_main.c),$(BUILD)/$(notdir $(f:_main.c=)))
 CUDA_BINS := $(patsubst %.cu,$(BUILD)/%,$(wildcard train_gpt_relu.cu infer.cu))
 BENCHES   := $(patsubst dev/bench/%.cu,$(BUILD)/%,$(wildcard dev/bench/*.cu))
 
@@ -86,6 +87,14 @@ $(LIB): $(LIB_OBJS)
 $(BUILD)/%: dataloader/%_main.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
+
+$(BUILD)/%: core/%_main.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
+
+$(BUILD)/%: test/%_main.c $(TEST_SUPPORT_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itest $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
 
 $(BUILD)/test_%: test/test_%.c $(TEST_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(dir $@)

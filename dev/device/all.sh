@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One GPU-machine call for the whole team: build everything, then run each area's script.
+# Usage (on the GPU machine, from the repo root): bash dev/device/all.sh [area ...]
+# Areas: ref data twell attn train (default: all that exist). Logs under $OUT.
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export OUT
+[ -d .deps ] || bash scripts/deps_unpack.sh
+start=$(date +%s)
+echo "== build ($(nproc) cores)"
+make -j"$(nproc)" all > "$OUT/build.log" 2>&1; rc=$?
+tail -5 "$OUT/build.log"; echo "build rc=$rc ($(( $(date +%s) - start )) s)"
+areas=("$@"); [ ${#areas[@]} -gt 0 ] || areas=(ref data attn twell train)
+for a in "${areas[@]}"; do
+  s=dev/device/$a.sh
+  [ -f "$s" ] || { echo "== $a: no script"; continue; }
+  t0=$(date +%s)
+  echo "== $a"
+  bash "$s" > "$OUT/${a}_stdout.log" 2>&1; r=$?
+  tail -25 "$OUT/${a}_stdout.log"
+  echo "== $a rc=$r ($(( $(date +%s) - t0 )) s)"
+done
+echo "== total $(( $(date +%s) - start )) s"

@@ -15,8 +15,11 @@ for a in "${areas[@]}"; do
   [ -f "$s" ] || { echo "== $a: no script"; continue; }
   t0=$(date +%s)
   echo "== $a"
-  bash "$s" > "$OUT/${a}_stdout.log" 2>&1; r=$?
-  tail -25 "$OUT/${a}_stdout.log"
+  # Only 8 files come back from the machine: each area gets a private OUT, folded into one log.
+  sub=$(mktemp -d); OUT=$sub bash "$s" > "$sub/stdout.txt" 2>&1; r=$?
+  { for f in "$sub"/*; do echo "##### $(basename "$f")"; cat "$f"; done; } > "$OUT/$a.log"
+  rm -rf "$sub"
+  grep -v '^#####' "$OUT/$a.log" | tail -25
   echo "== $a rc=$r ($(( $(date +%s) - t0 )) s)"
 done
 echo "== total $(( $(date +%s) - start )) s"

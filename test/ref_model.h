@@ -56,11 +56,15 @@ typedef struct {
     double *layer_nnz;    // [L] or NULL: mean over tokens of #units with gate pre-activation > 0 (non-gated: up > 0)
     double *layer_fired;  // [L] or NULL: fraction of the F units that were > 0 for at least one token
     double *layer_l1;     // [L] or NULL: mean over tokens of sum_F |h| of that layer (l1 = mean of these)
+    uint64_t kink_hash;   // hash of the on/off pattern of every ReLU and every |h| kink (gated: g > 0 and
+                          // (g > 0 and u > 0); non-gated: u > 0); equal hashes = same smooth piece (gradient checks use it)
+    double kink_margin;   // distance of the nearest kink: min over layers/tokens/units of |g| and (where g > 0) |u|
+                          // (gated), |u| (non-gated)
 } RefStats;               // caller allocates the arrays; NULL pointers are skipped
 
 // Forward and (if grads != NULL) backward of the whole model on tokens/targets [B*T] (targets all in
 // [0, V)). Returns the loss. logits [B*T*V] or NULL; grads [lay.total] or NULL, OVERWRITTEN (not
-// accumulated) with dLoss/dparams; stats or NULL (loss/ce/l1 are always filled when stats != NULL).
+// accumulated) with dLoss/dparams; stats or NULL (loss/ce/l1/kink_* always filled when stats != NULL).
 // T must be <= cfg.max_seq.
 double ref_forward_backward(const RefModel *m, const int *tokens, const int *targets, int B, int T,
                             double *logits, double *grads, RefStats *stats);

@@ -1,0 +1,455 @@
+// GPU tests of the TwELL FFN (twell/ffn.cuh): gate -> TwELL bit for bit against the CPU packer, the
+// sparse / dense / dispatched FFN against a float64 CPU reference, overflow rows, shape errors.
+//
+// How the gate pattern is controlled (exactly, on any accumulation order): X and the gate weight W1 hold
+// small integers, so every gate pre-activation is an integer whose partial sums stay below 2^24: fp32
+// accumulation is exact in ANY order, so the GPU's fp32 accumulator equals the CPU's and the bf16
+// rounding is identical -> the GPU TwELL must equal the CPU packer's output bit for bit.
+//   column 0      "bias": X[m,0] = b_m, W1[n,0] = 1
+//   columns 1..4  selectors: X[m,s] in {0,1}, W1[n,s] = BIG for n in a chosen column set S_s, else 0
+//   columns 5..   random in {-1,0,1} for X and W1 (the "random part", |.| <= D < BIG/4)
+// Row types: zero row (X row = 0: all pre-activations exactly 0, nothing active), uniform rows with a
+// target nnz k (b_m = -sigma_m * z_{1-k/F}), 50% rows (b = 0), full rows (b = +BIG), heavy first rows
+// (p 0.2..0.6), and selector rows (b = -BIG/2, X[m,s] = 1: active set exactly S_s): S1 = exactly S (slots)
+// columns in tile 0, S2 = S+1 in the last tile (overflow by one), S3 = S in every tile (largest row that
+// fits), S4 = one per tile plus all 256 of tile 0 (overflow).
+// Up / down weights are random floats (bf16-rounded); the reference is float64 on the same bf16 values.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
+#include <math.h>
+#include <time.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda_common.cuh"
+#include "matmul.cuh"
+#include "rng.h"
+#include "twell/ffn.cuh"
+
+static uint64_t g_seed;
+static MatmulContext g_mm;
+static int g_have_gpu;
+
+enum { ROW_MIX = 0, ROW_UNIFORM = 1, ROW_ALL_FULL = 2, ROW_ALL_ZERO = 3 };
+
+typedef struct {
+    int M, D, F, C, gated;
+    int BIG;
+    std::vector<float> X, W1, Wu, WdT;  // host values (bf16-exact); W1 = gate weight (gated) or up weight
+    std::vector<float> pre;             // [M, F] exact gate pre-activations
+    std::vector<double> ref;            // [M, D] float64 FFN
+    bf16 *dX, *dW1, *dWu, *dWdT, *dY;
+} Problem;
+
+static double inv_normal_upper(double p) {  // z with P(N(0,1) > z) = p, 0 < p < 1
+    double lo = -10, hi = 10;
+    for (int i = 0; i < 100; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(mid / sqrt(2.0)) > p) lo = mid; else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+static void problem_upload(Problem *P);
+static float bf16r(float f) { return sllm_round_bf16(f); }
+
+static void problem_make(Problem *P, int M, int D, int F, int C, int gated, int rows_kind, double uniform_nnz,
+                         uint64_t seed) {
+    Rng rng;
+    rng_seed(&rng, seed);
+    P->M = M; P->D = D; P->F = F; P->C = C; P->gated = gated;
+    int BIG = 1;
+    while (BIG < 4 * D) BIG *= 2;
+    P->BIG = BIG;
+    const int slots = TWELL_TILE / C - 1, tiles = F / TWELL_TILE;
+    P->X.assign((size_t)M * D, 0.0f);
+    P->W1.assign((size_t)F * D, 0.0f);
+    P->Wu.assign((size_t)F * D, 0.0f);
+    P->WdT.assign((size_t)F * D, 0.0f);
+    // Selector sets.
+    std::vector<char> S[5];
+    for (int s = 1; s <= 4; s++) S[s].assign(F, 0);
+    for (int k = 0; k < slots; k++) S[1][(k * 7) % 256 + 0] = 1;  // 7 is odd: k*7 mod 256 distinct
+    for (int k = 0; k <= slots; k++) S[2][(tiles - 1) * 256 + (k * 5 + 3) % 256] = 1;
+    for (int t = 0; t < tiles; t++)
+        for (int k = 0; k < slots; k++) S[3][t * 256 + (k * 3 + t) % 256] = 1;
+    for (int t = 0; t < tiles; t++) S[4][t * 256 + (t * 37) % 256] = 1;
+    for (int j = 0; j < 256; j++) S[4][j] = 1;
+    for (int n = 0; n < F; n++) {
+        float *w = &P->W1[(size_t)n * D];
+        w[0] = 1.0f;
+        for (int s = 1; s <= 4; s++) w[s] = S[s][n] ? (float)BIG : 0.0f;
+        for (int d = 5; d < D; d++) w[d] = (float)((int)rng_below(&rng, 3) - 1);
+        for (int d = 0; d < D; d++) {
+            P->Wu[(size_t)n * D + d] = bf16r((float)(rng_uniform(&rng) * 2 - 1) * 0.05f);
+            P->WdT[(size_t)n * D + d] = bf16r((float)(rng_uniform(&rng) * 2 - 1) * 0.05f);
+        }
+    }
+    for (int m = 0; m < M; m++) {
+        float *x = &P->X[(size_t)m * D];
+        for (int d = 5; d < D; d++) x[d] = (float)((int)rng_below(&rng, 3) - 1);
+        int nzx = 0;
+        for (int d = 5; d < D; d++) nzx += x[d] != 0.0f;
+        double sigma = sqrt(nzx * 2.0 / 3.0);
+        double p;  // target active fraction (uniform-type rows)
+        int type;
+        if (rows_kind == ROW_UNIFORM) type = 1;
+        else if (rows_kind == ROW_ALL_FULL) type = 3;
+        else if (rows_kind == ROW_ALL_ZERO) type = 0;
+        else if (m < 3) type = 4;              // heavy first tokens
+        else type = (int)rng_below(&rng, 10);  // mixture
+        switch (type) {
+        case 0:  // zero row
+            for (int d = 0; d < D; d++) x[d] = 0.0f;
+            break;
+        case 2: x[0] = 0.0f; break;                 // 50%
+        case 3: x[0] = (float)BIG; break;           // full
+        case 4: p = 0.2 + 0.4 * rng_uniform(&rng);  // heavy
+            x[0] = bf16r((float)-llround(sigma * inv_normal_upper(p)));
+            break;
+        case 5: case 6: case 7: case 8: {  // selectors
+            int s = type - 4;
+            x[0] = (float)(-BIG / 2);
+            x[s] = 1.0f;
+            break;
+        }
+        case 9: x[0] = (float)-BIG; break;  // nothing active (but x non-zero)
+        default: {                          // uniform with target nnz
+            double k = rows_kind == ROW_UNIFORM ? uniform_nnz : (double)(1 + rng_below(&rng, 256));
+            p = k / F;
+            if (p >= 1) x[0] = (float)BIG;
+            else x[0] = bf16r((float)-llround(sigma * inv_normal_upper(p)));
+        }
+        }
+    }
+    // Exact pre-activations (fp32 is exact here: integers, |partial sums| < 2^24).
+    P->pre.assign((size_t)M * F, 0.0f);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < F; n++) {
+            const float *x = &P->X[(size_t)m * D], *w = &P->W1[(size_t)n * D];
+            float a = 0;
+            for (int d = 0; d < D; d++) a += x[d] * w[d];
+            P->pre[(size_t)m * F + n] = a;
+        }
+    // float64 reference FFN.
+    P->ref.assign((size_t)M * D, 0.0);
+    for (int m = 0; m < M; m++) {
+        const float *x = &P->X[(size_t)m * D];
+        double *y = &P->ref[(size_t)m * D];
+        for (int n = 0; n < F; n++) {
+            double g = P->pre[(size_t)m * F + n];
+            if (!(g > 0)) continue;
+            double h = g;
+            if (gated) {
+                const float *wu = &P->Wu[(size_t)n * D];
+                double u = 0;
+                for (int d = 0; d < D; d++) u += (double)x[d] * wu[d];
+                h = g * u;
+            }
+            const float *wd = &P->WdT[(size_t)n * D];
+            for (int d = 0; d < D; d++) y[d] += h * wd[d];
+        }
+    }
+    if (g_have_gpu) problem_upload(P);
+}
+
+static void problem_upload(Problem *P) {
+    const int M = P->M, D = P->D, F = P->F;
+    cudaCheck(cudaMalloc(&P->dX, sizeof(bf16) * (size_t)M * D));
+    cudaCheck(cudaMalloc(&P->dY, sizeof(bf16) * (size_t)M * D));
+    cudaCheck(cudaMalloc(&P->dW1, sizeof(bf16) * (size_t)F * D));
+    cudaCheck(cudaMalloc(&P->dWu, sizeof(bf16) * (size_t)F * D));
+    cudaCheck(cudaMalloc(&P->dWdT, sizeof(bf16) * (size_t)F * D));
+    upload_bf16(P->dX, P->X.data(), P->X.size());
+    upload_bf16(P->dW1, P->W1.data(), P->W1.size());
+    upload_bf16(P->dWu, P->Wu.data(), P->Wu.size());
+    upload_bf16(P->dWdT, P->WdT.data(), P->WdT.size());
+}
+
+static void problem_free(Problem *P) {
+    cudaCheck(cudaFree(P->dX)); cudaCheck(cudaFree(P->dY)); cudaCheck(cudaFree(P->dW1));
+    cudaCheck(cudaFree(P->dWu)); cudaCheck(cudaFree(P->dWdT));
+}
+
+// Gate -> TwELL on the GPU equals the CPU packer bit for bit; overflow list and nnz equal.
+static void check_gate(Problem *P, TwellFFNWorkspace *ws) {
+    TwellShape s;
+    assert_int_equal(twell_shape_init(&s, P->M, P->F, P->C), TWELL_OK);
+    std::vector<uint32_t> want((size_t)P->M * s.row_words), got((size_t)P->M * s.row_words);
+    std::vector<int> want_ovf(P->M > 0 ? P->M : 1);
+    uint64_t want_nnz = 0;
+    int n_want = twell_pack_cpu(&s, P->pre.data(), (size_t)P->F, want.data(), want_ovf.data(), &want_nnz);
+    cudaCheck(cudaMemset(ws->tw, 0xAB, sizeof(uint32_t) * got.size()));  // poison
+    assert_int_equal(twell_gate_forward(&g_mm, ws, P->dX, P->dW1, P->M, 0), TWELL_OK);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(got.data(), ws->tw, sizeof(uint32_t) * got.size(), cudaMemcpyDeviceToHost));
+    TwellCounters cnt;
+    cudaCheck(cudaMemcpy(&cnt, ws->counters, sizeof cnt, cudaMemcpyDeviceToHost));
+    char err[256];
+    if (twell_validate_cpu(&s, got.data(), err, sizeof err)) fail_msg("GPU TwELL invalid: %s", err);
+    for (size_t i = 0; i < got.size(); i++)
+        if (got[i] != want[i])
+            fail_msg("TwELL mismatch at row %zu word %zu: GPU 0x%08x CPU 0x%08x", i / s.row_words, i % s.row_words,
+                     got[i], want[i]);
+    assert_int_equal(cnt.n_ovf, n_want);
+    assert_true(cnt.nnz == want_nnz);
+    std::vector<int> gl(cnt.n_ovf);
+    cudaCheck(cudaMemcpy(gl.data(), ws->ovf_list, sizeof(int) * gl.size(), cudaMemcpyDeviceToHost));
+    std::sort(gl.begin(), gl.end());
+    for (int i = 0; i < n_want; i++) assert_int_equal(gl[i], want_ovf[i]);
+    printf("    gate M=%d D=%d F=%d C=%d: TwELL bit-exact, %d overflow rows, mean nnz %.1f\n", P->M, P->D, P->F, P->C,
+           n_want, (double)want_nnz / (P->M ? P->M : 1));
+}
+
+// Runs the FFN with Y poisoned, checks every element written and the error against float64.
+static TwellFFNResult check_ffn(Problem *P, TwellFFNWorkspace *ws, TwellPath path, double hint, const char *what) {
+    const size_t n = (size_t)P->M * P->D;
+    cudaCheck(cudaMemset(P->dY, 0xFF, sizeof(bf16) * n));  // NaN pattern
+    TwellFFNResult res;
+    int e = twell_ffn_forward(&g_mm, ws, P->dX, P->gated ? P->dW1 : NULL, P->gated ? P->dWu : P->dW1, P->dWdT, P->dY,
+                              P->M, path, hint, &res, 0);
+    assert_int_equal(e, TWELL_OK);
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> y(n);
+    download_bf16(y.data(), P->dY, n);
+    double num = 0, den = 0;
+    int bad_rows = 0;
+    for (int m = 0; m < P->M; m++) {
+        double rn = 0, rd = 0;
+        for (int d = 0; d < P->D; d++) {
+            float v = y[(size_t)m * P->D + d];
+            double r = P->ref[(size_t)m * P->D + d];
+            if (!isfinite(v)) fail_msg("%s: Y[%d,%d] = %g not written / not finite", what, m, d, v);
+            rn += (v - r) * (v - r);
+            rd += r * r;
+        }
+        num += rn; den += rd;
+        if (rd == 0 && rn != 0) fail_msg("%s: row %d should be exactly zero", what, m);
+        if (rd > 0 && sqrt(rn / rd) > 3e-2) {
+            if (bad_rows < 5) printf("    %s: row %d rel err %.3g\n", what, m, sqrt(rn / rd));
+            bad_rows++;
+        }
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    printf("    %s M=%d D=%d F=%d C=%d gated=%d: path %s, overflow rows %d, rel err %.2e\n", what, P->M, P->D, P->F,
+           P->C, P->gated, res.path == TWELL_PATH_SPARSE ? "sparse" : "dense", res.n_overflow, rel);
+    if (bad_rows) fail_msg("%s: %d rows with rel err > 3e-2", what, bad_rows);
+    if (!(rel < 1e-2)) fail_msg("%s: rel err %.3e >= 1e-2", what, rel);
+    return res;
+}
+
+static int count_ovf_rows(Problem *P) {
+    TwellShape s;
+    twell_shape_init(&s, P->M, P->F, P->C);
+    std::vector<uint32_t> tw((size_t)P->M * s.row_words);
+    return twell_pack_cpu(&s, P->pre.data(), (size_t)P->F, tw.data(), NULL, NULL);
+}
+
+typedef struct { int M, D, F, C; int gate_chunk; } Shape;
+static const Shape kShapes[] = {
+    {300, 256, 1024, 8, 2048}, {129, 64, 256, 8, 64}, {1000, 512, 768, 4, 300},
+    {77, 128, 512, 2, 2048},   {160, 2048, 5632, 8, 64},
+};
+
+static void run_shapes(int gated) {
+    for (size_t i = 0; i < sizeof kShapes / sizeof kShapes[0]; i++) {
+        const Shape sh = kShapes[i];
+        Problem P;
+        problem_make(&P, sh.M, sh.D, sh.F, sh.C, gated, ROW_MIX, 0, g_seed + 1000 * i + gated);
+        TwellFFNWorkspace ws;
+        assert_int_equal(twell_ffn_workspace_create(&ws, sh.M, sh.D, sh.F, sh.C, gated), TWELL_OK);
+        ws.gate_chunk_rows = sh.gate_chunk;
+        if (ws.gate_chunk_rows > sh.M) ws.gate_chunk_rows = sh.M;
+        check_gate(&P, &ws);
+        int want_ovf = count_ovf_rows(&P);
+        TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse");
+        assert_int_equal(r.path, TWELL_PATH_SPARSE);
+        assert_int_equal(r.n_overflow, want_ovf);
+        assert_true(want_ovf > 0);  // the mix always contains overflow rows
+        r = check_ffn(&P, &ws, TWELL_PATH_DENSE, -1, "dense");
+        assert_int_equal(r.path, TWELL_PATH_DENSE);
+        r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto");
+        // Every up/down variant that takes this D.
+        for (int v = 1; v < TWELL_UPDOWN_NUM_VARIANTS; v++) {
+            if (sh.D > 2048 && (v == TWELL_UPDOWN_256_G4 || v == TWELL_UPDOWN_256_G8 || v == TWELL_UPDOWN_128_G8))
+                continue;
+            ws.updown_variant = v;
+            char name[64];
+            snprintf(name, sizeof name, "sparse/%s", twell_updown_variant_name(v));
+            check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, name);
+        }
+        twell_ffn_workspace_free(&ws);
+        problem_free(&P);
+    }
+}
+
+static void test_gated_mixed_rows(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    run_shapes(1);
+}
+
+static void test_nongated_mixed_rows(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    run_shapes(0);
+}
+
+// Uniform patterns at nnz 8..256 (F = 5632, the paper's width), sparse and dense, and determinism.
+static void test_uniform_nnz(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    const double nnzs[] = {8, 16, 29, 64, 128, 256};
+    const int M = 200, D = 256, F = 5632;
+    TwellFFNWorkspace ws;
+    assert_int_equal(twell_ffn_workspace_create(&ws, M, D, F, 8, 1), TWELL_OK);
+    for (size_t i = 0; i < sizeof nnzs / sizeof nnzs[0]; i++) {
+        Problem P;
+        problem_make(&P, M, D, F, 8, 1, ROW_UNIFORM, nnzs[i], g_seed + 77 + i);
+        check_gate(&P, &ws);
+        TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "uniform sparse");
+        assert_int_equal(r.n_overflow, count_ovf_rows(&P));
+        assert_true(fabs(r.mean_nnz - nnzs[i]) < 0.5 * nnzs[i] + 4);  // the construction hits the target
+        // Determinism: a second run gives the same bits.
+        std::vector<uint16_t> a((size_t)M * D), b((size_t)M * D);
+        cudaCheck(cudaMemcpy(a.data(), P.dY, a.size() * 2, cudaMemcpyDeviceToHost));
+        check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "uniform sparse again");
+        cudaCheck(cudaMemcpy(b.data(), P.dY, b.size() * 2, cudaMemcpyDeviceToHost));
+        assert_memory_equal(a.data(), b.data(), a.size() * 2);
+        check_ffn(&P, &ws, TWELL_PATH_DENSE, -1, "uniform dense");
+        problem_free(&P);
+    }
+    twell_ffn_workspace_free(&ws);
+}
+
+// Every row overflows (fully active), and every row is zero.
+static void test_all_full_and_all_zero(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    const int M = 130, D = 128, F = 512;
+    TwellFFNWorkspace ws;
+    assert_int_equal(twell_ffn_workspace_create(&ws, M, D, F, 8, 1), TWELL_OK);
+    Problem P;
+    problem_make(&P, M, D, F, 8, 1, ROW_ALL_FULL, 0, g_seed + 5);
+    check_gate(&P, &ws);
+    TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "all full");
+    assert_int_equal(r.n_overflow, M);
+    assert_true(r.mean_nnz == F);
+    problem_free(&P);
+    problem_make(&P, M, D, F, 8, 1, ROW_ALL_ZERO, 0, g_seed + 6);
+    check_gate(&P, &ws);
+    r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "all zero");
+    assert_int_equal(r.n_overflow, 0);
+    assert_true(r.mean_nnz == 0);
+    problem_free(&P);
+    twell_ffn_workspace_free(&ws);
+}
+
+// Dispatch: a dense-ish layer goes dense after one measuring call; a hint decides directly.
+static void test_dispatch(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    const int M = 256, D = 128, F = 1024;
+    TwellFFNWorkspace ws;
+    assert_int_equal(twell_ffn_workspace_create(&ws, M, D, F, 8, 1), TWELL_OK);
+    Problem P;
+    problem_make(&P, M, D, F, 8, 1, ROW_UNIFORM, 200, g_seed + 9);
+    TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto first");
+    assert_int_equal(r.path, TWELL_PATH_SPARSE);  // unknown: measures
+    r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto second");
+    assert_int_equal(r.path, TWELL_PATH_DENSE);  // 200 > threshold
+    r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto third");  // dense measured nnz read back
+    assert_int_equal(r.path, TWELL_PATH_DENSE);
+    assert_true(ws.last_mean_nnz > 100);
+    r = check_ffn(&P, &ws, TWELL_PATH_AUTO, 10.0, "auto hint 10");
+    assert_int_equal(r.path, TWELL_PATH_SPARSE);
+    problem_free(&P);
+    twell_ffn_workspace_free(&ws);
+}
+
+static void test_shape_errors(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    TwellFFNWorkspace ws;
+    assert_int_equal(twell_ffn_workspace_create(&ws, 64, 128, 300, 8, 1), TWELL_ERR_SHAPE);
+    assert_int_equal(twell_ffn_workspace_create(&ws, 64, 100, 512, 8, 1), TWELL_ERR_SHAPE);
+    assert_int_equal(twell_ffn_workspace_create(&ws, 64, 128, 512, 3, 1), TWELL_ERR_SHAPE);
+    assert_int_equal(twell_ffn_workspace_create(&ws, 64, 16384, 512, 8, 1), TWELL_ERR_SHAPE);
+    assert_int_equal(twell_ffn_workspace_create(&ws, 64, 128, 512, 8, 1), TWELL_OK);
+    bf16 *buf;
+    cudaCheck(cudaMalloc(&buf, sizeof(bf16) * 512 * 128 * 4));
+    assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 65, TWELL_PATH_SPARSE, -1, NULL, 0),
+                     TWELL_ERR_WORKSPACE);
+    assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, NULL, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
+                     TWELL_ERR_ARG);
+    assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf + 1, buf, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
+                     TWELL_ERR_ARG);
+    ws.updown_variant = 99;
+    assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
+                     TWELL_ERR_ARG);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaFree(buf));
+    twell_ffn_workspace_free(&ws);
+}
+
+// --selfcheck: CPU-only check of the problem generator (runs without a GPU): overflow rows and nnz.
+static int selfcheck(void) {
+    for (size_t i = 0; i < sizeof kShapes / sizeof kShapes[0]; i++) {
+        const Shape sh = kShapes[i];
+        Problem P;
+        problem_make(&P, sh.M, sh.D, sh.F, sh.C, 1, ROW_MIX, 0, g_seed + i);
+        TwellShape s;
+        twell_shape_init(&s, P.M, P.F, P.C);
+        std::vector<uint32_t> tw((size_t)P.M * s.row_words);
+        uint64_t nnz;
+        int novf = twell_pack_cpu(&s, P.pre.data(), (size_t)P.F, tw.data(), NULL, &nnz);
+        int zero_rows = 0;
+        for (int m = 0; m < P.M; m++) {
+            double r = 0;
+            for (int d = 0; d < P.D; d++) r += fabs(P.ref[(size_t)m * P.D + d]);
+            zero_rows += r == 0;
+        }
+        printf("mix M=%d D=%d F=%d C=%d: overflow rows %d, mean nnz %.1f, zero rows %d, row0..3 nnz", P.M, P.D, P.F,
+               P.C, novf, (double)nnz / P.M, zero_rows);
+        for (int m = 0; m < 4; m++) {
+            int c = 0;
+            for (int n = 0; n < P.F; n++) c += P.pre[(size_t)m * P.F + n] > 0;
+            printf(" %d", c);
+        }
+        printf("\n");
+    }
+    const double nnzs[] = {8, 16, 29, 64, 128, 256};
+    for (size_t i = 0; i < 6; i++) {
+        Problem P;
+        problem_make(&P, 200, 256, 5632, 8, 1, ROW_UNIFORM, nnzs[i], g_seed + 77 + i);
+        TwellShape s;
+        twell_shape_init(&s, P.M, P.F, P.C);
+        std::vector<uint32_t> tw((size_t)P.M * s.row_words);
+        uint64_t nnz;
+        int novf = twell_pack_cpu(&s, P.pre.data(), (size_t)P.F, tw.data(), NULL, &nnz);
+        printf("uniform target %.0f: mean nnz %.1f, overflow rows %d\n", nnzs[i], (double)nnz / P.M, novf);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    g_seed = (uint64_t)time(NULL);
+    if (argc > 1 && strcmp(argv[1], "--selfcheck") == 0) { g_have_gpu = 0; return selfcheck(); }
+    printf("test_twell: seed %llu\n", (unsigned long long)g_seed);
+    g_have_gpu = cuda_device_available();
+    if (g_have_gpu) matmul_context_init(&g_mm);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shape_errors),        cmocka_unit_test(test_all_full_and_all_zero),
+        cmocka_unit_test(test_gated_mixed_rows),    cmocka_unit_test(test_nongated_mixed_rows),
+        cmocka_unit_test(test_uniform_nnz),         cmocka_unit_test(test_dispatch),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (g_have_gpu) matmul_context_free(&g_mm);
+    return rc;
+}

@@ -1,0 +1,127 @@
+// twell/gate.cuh: gate kernel, G = relu(X Wg^T) written as TwELL (layout: twell/format.h).
+//
+//   X  [M, D] bf16 row-major, Wg [F, D] bf16 row-major (nn.Linear weight), out tw uint32 [M, F/C].
+//   Also: ovf_flag int [M] (1 = overflow row; must be zero on entry), ovf_list int [M] (the overflow
+//   rows, in no particular order, first counters->n_ovf entries valid), counters->nnz (sum of the true
+//   tile counts = number of active gates). Nothing is lost on overflow: the row is listed and a dense
+//   fallback recomputes it (twell/ffn.cuh).
+//
+// Variant TWELL_GATE_CUBLAS_PACK (the robust one, default): rows are processed in chunks of
+// chunk_rows; per chunk a cuBLASLt GEMM writes bf16 [chunk, F] into a scratch buffer (small enough to
+// stay in L2: 2048 x 5632 x 2 B = 23 MB), then twell_pack_kernel packs it. cuBLASLt rounds the fp32
+// accumulator to bf16 round-to-nearest, which is exactly the value the format stores.
+//
+// twell_pack_kernel: one warp per (row, tile); lane l holds columns 8l..8l+7 of the tile (one 16-byte
+// load), positive mask -> popc -> warp inclusive scan (shfl_up) gives each lane its first slot, so the
+// slots are in column order with no atomics (deterministic). Every word of the tile is written once
+// (count, entries, zero padding).
+#ifndef SLLM_TWELL_GATE_CUH
+#define SLLM_TWELL_GATE_CUH
+
+#include "cuda_common.cuh"
+#include "matmul.cuh"
+#include "twell/format.h"
+
+// Device-side statistics of one gate call (zeroed before the call).
+typedef struct {
+    unsigned long long nnz;  // sum over rows and tiles of the true count
+    int n_ovf;               // number of overflow rows (entries valid in ovf_list)
+    int pad;
+} TwellCounters;
+
+enum { TWELL_GATE_CUBLAS_PACK = 0, TWELL_GATE_NUM_VARIANTS = 1 };
+
+#define TWELL_PACK_THREADS 256
+
+// dense: [rows, F] bf16 (row stride F) = rows row0..row0+rows-1 of the gate. Writes those rows of tw.
+__global__ void __launch_bounds__(TWELL_PACK_THREADS)
+twell_pack_kernel(const bf16 *__restrict__ dense, int rows, int row0, int F, int words, uint32_t *__restrict__ tw,
+                  int *__restrict__ ovf_flag, int *__restrict__ ovf_list, TwellCounters *__restrict__ counters) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int tiles = F / TWELL_TILE, slots = words - 1, row_words = tiles * words;
+    const long long items = (long long)rows * tiles;
+    const long long wstride = (long long)gridDim.x * (TWELL_PACK_THREADS / 32);
+    unsigned long long my_nnz = 0;
+    for (long long it = (long long)blockIdx.x * (TWELL_PACK_THREADS / 32) + warp; it < items; it += wstride) {
+        const int r = (int)(it / tiles), t = (int)(it - (long long)r * tiles);
+        const uint4 v = *reinterpret_cast<const uint4 *>(dense + (size_t)r * F + (size_t)t * TWELL_TILE + lane * 8);
+        const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+        uint32_t mask = 0;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            uint32_t bits = (w4[e >> 1] >> ((e & 1) * 16)) & 0xFFFFu;
+            float f = __uint_as_float(bits << 16);
+            if (f > 0.0f) mask |= 1u << e;
+        }
+        const int c = __popc(mask);
+        int incl = c;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int n = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += n;
+        }
+        const int total = __shfl_sync(0xffffffffu, incl, 31);
+        int k = incl - c;  // first slot (0-based) of this lane's entries
+        uint32_t *out = tw + (size_t)(row0 + r) * row_words + (size_t)t * words;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            if (mask & (1u << e)) {
+                if (k < slots) {
+                    uint32_t bits = (w4[e >> 1] >> ((e & 1) * 16)) & 0xFFFFu;
+                    out[1 + k] = (bits << 16) | (uint32_t)(lane * 8 + e);
+                }
+                k++;
+            }
+        }
+        const int used = total < slots ? total : slots;
+        for (int w = lane; w < words; w += 32) {
+            if (w == 0) out[0] = (uint32_t)total;
+            else if (w > used) out[w] = 0u;
+        }
+        if (lane == 0) {
+            my_nnz += (unsigned long long)total;
+            if (total > slots) {
+                if (atomicExch(&ovf_flag[row0 + r], 1) == 0) {
+                    int pos = atomicAdd(&counters->n_ovf, 1);
+                    ovf_list[pos] = row0 + r;
+                }
+            }
+        }
+    }
+    __shared__ unsigned long long s_nnz[TWELL_PACK_THREADS / 32];
+    if (lane == 0) s_nnz[warp] = my_nnz;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long s = 0;
+        for (int i = 0; i < TWELL_PACK_THREADS / 32; i++) s += s_nnz[i];
+        if (s) atomicAdd(&counters->nnz, s);
+    }
+}
+
+static inline void twell_pack_launch(const bf16 *dense, int rows, int row0, int F, int C, uint32_t *tw,
+                                     int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream) {
+    if (rows <= 0) return;
+    long long items = (long long)rows * (F / TWELL_TILE);
+    long long blocks = CEIL_DIV(items, TWELL_PACK_THREADS / 32);
+    int dev = 0, sms = 132;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (blocks > (long long)sms * 16) blocks = (long long)sms * 16;  // grid-stride: bounded atomics on nnz
+    twell_pack_kernel<<<(int)blocks, TWELL_PACK_THREADS, 0, stream>>>(dense, rows, row0, F, TWELL_TILE / C, tw,
+                                                                     ovf_flag, ovf_list, counters);
+    cudaCheckLaunch();
+}
+
+// Robust gate: cuBLASLt GEMM in chunks into scratch [chunk_rows, F] bf16, then pack. The caller has
+// zeroed ovf_flag[0..M) and *counters on this stream.
+static inline void twell_gate_cublas_pack(MatmulContext *mm, const bf16 *X, const bf16 *W, int M, int D, int F, int C,
+                                          bf16 *scratch, int chunk_rows, uint32_t *tw, int *ovf_flag, int *ovf_list,
+                                          TwellCounters *counters, cudaStream_t stream) {
+    for (int r0 = 0; r0 < M; r0 += chunk_rows) {
+        int rows = M - r0 < chunk_rows ? M - r0 : chunk_rows;
+        matmul(mm, scratch, 0, X + (size_t)r0 * D, 0, W, 1, rows, F, D, 1.0f, 0.0f, stream);
+        twell_pack_launch(scratch, rows, r0, F, C, tw, ovf_flag, ovf_list, counters, stream);
+    }
+}
+
+#endif  // SLLM_TWELL_GATE_CUH

@@ -1,0 +1,265 @@
+// twell/updown.cuh: fused up + down projection reading the gate in TwELL (layout: twell/format.h).
+//
+//   gated:     y[m,:] = sum over active n of  g[m,n] * (x[m,:] . Wu[n,:]) * WdT[n,:]
+//   non-gated: y[m,:] = sum over active n of  g[m,n] * WdT[n,:]     (g = relu(x Wu^T) packed by the gate kernel)
+//
+//   tw  uint32 [M, F/C]   X [M, D] bf16   Wu [F, D] bf16 (nn.Linear layout)
+//   WdT [F, D] bf16 = the down weight TRANSPOSED (nn.Linear down_proj.weight is [D, F]; WdT[n, :] = Wd[:, n])
+//   Y   [M, D] bf16.  D % 8 == 0 and D <= 8192 here (the FFN API asks for D % 64 == 0).
+//
+// Rows whose TwELL is an overflow row (some tile count > slots) are SKIPPED (Y row not written): the
+// dense fallback in twell/ffn.cuh writes them. All other rows are written fully.
+//
+// Design (better than one warp per token): one CTA of NT threads per token, thread i owns the 16-byte
+// column chunks i, i+NT, ... (CH of them). The token's active list is compacted into shared memory
+// (column, gate value) across tiles, then processed in groups of G neurons: all G Wu rows and G WdT
+// rows are loaded at once (2*G*CH independent 16-byte loads in flight per thread), the G up dot
+// products are reduced (warp butterfly, then a fixed-order sum over warps in shared memory: one
+// __syncthreads per group, deterministic), h = g * u in fp32 (not rounded), y += h * WdT row in fp32.
+// Products are fp32 FMAs of upcast bf16 values. Output rounded to bf16 (round to nearest) once.
+#ifndef SLLM_TWELL_UPDOWN_CUH
+#define SLLM_TWELL_UPDOWN_CUH
+
+#include "cuda_common.cuh"
+#include "twell/format.h"
+
+__device__ __forceinline__ void twell_bf16x8_to_f32(const uint4 v, float f[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+}
+
+template <int NT, int CH, int G, bool GATED>
+__global__ void __launch_bounds__(NT)
+twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X, const bf16 *__restrict__ Wu,
+                    const bf16 *__restrict__ WdT, bf16 *__restrict__ Y, int M, int D, int F, int words) {
+    constexpr int NW = NT / 32;
+    extern __shared__ __align__(16) unsigned char twell_smem[];
+    const int tiles = F / TWELL_TILE, slots = words - 1, row_words = tiles * words;
+    int *s_off = reinterpret_cast<int *>(twell_smem);  // [tiles + 1]
+    int *s_col = s_off + tiles + 1;                    // [tiles * slots]
+    float *s_g = reinterpret_cast<float *>(s_col + tiles * slots);
+    __shared__ float s_red[2][NW][G];
+    __shared__ int s_ovf;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int row = blockIdx.x;
+    const uint32_t *trow = tw + (size_t)row * row_words;
+
+    // 1. tile counts, overflow test, exclusive scan (warp 0).
+    for (int t = tid; t < tiles; t += NT) s_off[t] = (int)trow[(size_t)t * words];
+    __syncthreads();
+    if (warp == 0) {
+        int carry = 0, ovf = 0;
+        for (int base = 0; base < tiles; base += 32) {
+            int t = base + lane;
+            int c = t < tiles ? s_off[t] : 0;
+            if (c > slots) ovf = 1;
+            int incl = c;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                int n = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += n;
+            }
+            if (t < tiles) s_off[t] = carry + incl - c;
+            carry += __shfl_sync(0xffffffffu, incl, 31);
+        }
+        ovf = __any_sync(0xffffffffu, ovf);
+        if (lane == 0) { s_off[tiles] = carry; s_ovf = ovf; }
+    }
+    __syncthreads();
+    if (s_ovf) return;  // whole block: the dense fallback computes this row
+
+    // 2. compact (global column, gate value) into shared memory, column order.
+    for (int w = tid; w < row_words; w += NT) {
+        int t = w / words, k = w - t * words;
+        if (k >= 1 && k <= s_off[t + 1] - s_off[t]) {
+            uint32_t word = trow[w];
+            int idx = s_off[t] + k - 1;
+            s_col[idx] = t * TWELL_TILE + (int)(word & 0xFFu);
+            s_g[idx] = __uint_as_float(word & 0xFFFF0000u);
+        }
+    }
+    __syncthreads();
+    const int total = s_off[tiles];
+    const int nchunks = D / 8;
+
+    float xf[CH][8], acc[CH][8];
+#pragma unroll
+    for (int k = 0; k < CH; k++) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) { acc[k][e] = 0.0f; xf[k][e] = 0.0f; }
+        const int ci = tid + k * NT;
+        if (GATED && ci < nchunks)
+            twell_bf16x8_to_f32(*reinterpret_cast<const uint4 *>(X + (size_t)row * D + (size_t)ci * 8), xf[k]);
+    }
+
+    int buf = 0;
+    for (int base = 0; base < total; base += G) {
+        uint4 wu[G][CH], wd[G][CH];
+        float g[G];
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+            const bool valid = base + j < total;
+            const int col = valid ? s_col[base + j] : 0;
+            g[j] = valid ? s_g[base + j] : 0.0f;
+#pragma unroll
+            for (int k = 0; k < CH; k++) {
+                const int ci = tid + k * NT;
+                wu[j][k] = make_uint4(0, 0, 0, 0);
+                wd[j][k] = make_uint4(0, 0, 0, 0);
+                if (valid && ci < nchunks) {
+                    if (GATED) wu[j][k] = __ldg(reinterpret_cast<const uint4 *>(Wu + (size_t)col * D + (size_t)ci * 8));
+                    wd[j][k] = __ldg(reinterpret_cast<const uint4 *>(WdT + (size_t)col * D + (size_t)ci * 8));
+                }
+            }
+        }
+        float h[G];
+        if (GATED) {
+            float p[G];
+#pragma unroll
+            for (int j = 0; j < G; j++) {
+                p[j] = 0.0f;
+#pragma unroll
+                for (int k = 0; k < CH; k++) {
+                    float w[8];
+                    twell_bf16x8_to_f32(wu[j][k], w);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) p[j] = fmaf(xf[k][e], w[e], p[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < G; j++) p[j] = warp_sum(p[j]);
+            if (lane == 0) {
+#pragma unroll
+                for (int j = 0; j < G; j++) s_red[buf][warp][j] = p[j];
+            }
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < G; j++) {
+                float u = 0.0f;
+#pragma unroll
+                for (int w = 0; w < NW; w++) u += s_red[buf][w][j];
+                h[j] = g[j] * u;
+            }
+            buf ^= 1;
+        } else {
+#pragma unroll
+            for (int j = 0; j < G; j++) h[j] = g[j];
+        }
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+#pragma unroll
+            for (int k = 0; k < CH; k++) {
+                float w[8];
+                twell_bf16x8_to_f32(wd[j][k], w);
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[k][e] = fmaf(h[j], w[e], acc[k][e]);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int k = 0; k < CH; k++) {
+        const int ci = tid + k * NT;
+        if (ci < nchunks) {
+            uint4 o;
+            uint32_t *ow = reinterpret_cast<uint32_t *>(&o);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                __nv_bfloat162 b = __floats2bfloat162_rn(acc[k][2 * i], acc[k][2 * i + 1]);
+                ow[i] = *reinterpret_cast<uint32_t *>(&b);
+            }
+            *reinterpret_cast<uint4 *>(Y + (size_t)row * D + (size_t)ci * 8) = o;
+        }
+    }
+}
+
+// Variants of the up/down kernel (block threads NT, chunks per thread CH, neurons per group G).
+enum {
+    TWELL_UPDOWN_AUTO = 0,
+    TWELL_UPDOWN_128_G4 = 1,  // NT 128, G 4, CH by D (default)
+    TWELL_UPDOWN_256_G4 = 2,  // NT 256, G 4 (D <= 2048)
+    TWELL_UPDOWN_128_G8 = 3,  // NT 128, G 8 (D <= 2048)
+    TWELL_UPDOWN_256_G8 = 4,  // NT 256, G 8 (D <= 2048)
+    TWELL_UPDOWN_128_G2 = 5,  // NT 128, G 2 (D <= 4096)
+    TWELL_UPDOWN_NUM_VARIANTS = 6,
+};
+
+static inline const char *twell_updown_variant_name(int v) {
+    switch (v) {
+    case TWELL_UPDOWN_AUTO: return "auto";
+    case TWELL_UPDOWN_128_G4: return "nt128_g4";
+    case TWELL_UPDOWN_256_G4: return "nt256_g4";
+    case TWELL_UPDOWN_128_G8: return "nt128_g8";
+    case TWELL_UPDOWN_256_G8: return "nt256_g8";
+    case TWELL_UPDOWN_128_G2: return "nt128_g2";
+    default: return "?";
+    }
+}
+
+template <int NT, int CH, int G, bool GATED>
+static inline void twell_updown_launch_t(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
+                                         int M, int D, int F, int words, cudaStream_t stream) {
+    const int tiles = F / TWELL_TILE;
+    size_t smem = sizeof(int) * (size_t)(tiles + 1) + (sizeof(int) + sizeof(float)) * (size_t)tiles * (words - 1);
+    if (smem > 48 * 1024)
+        cudaCheck(cudaFuncSetAttribute(twell_updown_kernel<NT, CH, G, GATED>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    twell_updown_kernel<NT, CH, G, GATED><<<M, NT, smem, stream>>>(tw, X, Wu, WdT, Y, M, D, F, words);
+    cudaCheckLaunch();
+}
+
+// Returns TWELL_OK or TWELL_ERR_SHAPE / TWELL_ERR_ARG (message printed) if the variant cannot take D.
+template <bool GATED>
+static inline int twell_updown_launch_g(int variant, const uint32_t *tw, const bf16 *X, const bf16 *Wu,
+                                        const bf16 *WdT, bf16 *Y, int M, int D, int F, int C, cudaStream_t stream) {
+    const int words = TWELL_TILE / C;
+    if (M <= 0) return TWELL_OK;
+    if (D % 8 != 0 || D > 8192) {
+        fprintf(stderr, "error: twell_updown: D=%d must be a multiple of 8 and <= 8192\n", D);
+        return TWELL_ERR_SHAPE;
+    }
+    if (variant == TWELL_UPDOWN_AUTO) variant = TWELL_UPDOWN_128_G4;
+    const int nchunks = D / 8;
+    switch (variant) {
+    case TWELL_UPDOWN_128_G4:
+        if (nchunks <= 128) twell_updown_launch_t<128, 1, 4, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        else if (nchunks <= 256) twell_updown_launch_t<128, 2, 4, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        else if (nchunks <= 512) twell_updown_launch_t<128, 4, 2, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        else twell_updown_launch_t<128, 8, 1, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        return TWELL_OK;
+    case TWELL_UPDOWN_128_G2:
+        if (nchunks <= 256) twell_updown_launch_t<128, 2, 2, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        else if (nchunks <= 512) twell_updown_launch_t<128, 4, 2, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        else twell_updown_launch_t<128, 8, 1, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        return TWELL_OK;
+    case TWELL_UPDOWN_256_G4:
+    case TWELL_UPDOWN_256_G8:
+    case TWELL_UPDOWN_128_G8:
+        if (nchunks > 256) {
+            fprintf(stderr, "error: twell_updown: variant %s needs D <= 2048 (got D=%d)\n",
+                    twell_updown_variant_name(variant), D);
+            return TWELL_ERR_SHAPE;
+        }
+        if (variant == TWELL_UPDOWN_256_G4) twell_updown_launch_t<256, 1, 4, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        else if (variant == TWELL_UPDOWN_256_G8) twell_updown_launch_t<256, 1, 8, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        else twell_updown_launch_t<128, 2, 8, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        return TWELL_OK;
+    default:
+        fprintf(stderr, "error: twell_updown: unknown variant %d (expected 0..%d)\n", variant,
+                TWELL_UPDOWN_NUM_VARIANTS - 1);
+        return TWELL_ERR_ARG;
+    }
+}
+
+static inline int twell_updown_launch(int variant, int gated, const uint32_t *tw, const bf16 *X, const bf16 *Wu,
+                                      const bf16 *WdT, bf16 *Y, int M, int D, int F, int C, cudaStream_t stream) {
+    return gated ? twell_updown_launch_g<true>(variant, tw, X, Wu, WdT, Y, M, D, F, C, stream)
+                 : twell_updown_launch_g<false>(variant, tw, X, Wu, WdT, Y, M, D, F, C, stream);
+}
+
+#endif  // SLLM_TWELL_UPDOWN_CUH

@@ -265,13 +265,548 @@ static inline void attention_backward_simple(bf16 *dq, bf16 *dk, bf16 *dv, const
 }
 
 // ------------------------------------------------------------------------------------------------
+// Fast path: tensor cores (mma.sync m16n8k16 bf16 -> fp32), FlashAttention-2 structure.
+//
+// Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4):
+//   A (16x16, row-major): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//   B (16x8, k x n):      b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
+//   C (16x8, fp32):       c0,c1 = (g, 2t, 2t+1), c2,c3 = (g+8, 2t, 2t+1)
+// Shared-memory tiles are [rows][HD + 8] bf16: the 16-byte pad per row makes the 8 row addresses of every
+// ldmatrix land in distinct bank groups.
+
+#define ATTN_BM 64       // query rows per forward CTA / per backward inner block
+#define ATTN_BN 64       // keys per forward inner block / per backward CTA
+#define ATTN_THREADS 128 // 4 warps x 16 rows
+
+__device__ __forceinline__ uint32_t attn_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// 16-byte async copy global -> shared; when !valid the 16 bytes are zero-filled (src is not read).
+__device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(attn_smem_u32(smem)), "l"(gmem),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void attn_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(attn_smem_u32(p))
+                 : "memory");
+}
+__device__ __forceinline__ void attn_ldsm_x4_trans(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(attn_smem_u32(p))
+                 : "memory");
+}
+// c += a * b
+__device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two floats -> bf16x2 (lo in the low half = the lower column index).
+__device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// A fragment (16 x 16 at rows r0.., cols c0..) of a row-major [rows][ld] tile.
+__device__ __forceinline__ void attn_ldsm_a(uint32_t a[4], const bf16 *tile, int ld, int r0, int c0, int lane) {
+    attn_ldsm_x4(a, tile + (r0 + (lane & 15)) * ld + c0 + (lane >> 4) * 8);
+}
+// B fragments of two n-tiles (n0..n0+15) x (k0..k0+15) where B[k][n] = tile[n][k] (tile rows are n):
+// b[0], b[1] for n-tile n0, b[2], b[3] for n-tile n0+8.
+__device__ __forceinline__ void attn_ldsm_bt(uint32_t b[4], const bf16 *tile, int ld, int n0, int k0, int lane) {
+    int mi = lane >> 3, r = lane & 7;
+    attn_ldsm_x4(b, tile + (n0 + (mi >> 1) * 8 + r) * ld + k0 + (mi & 1) * 8);
+}
+// B fragments of two n-tiles (n0..n0+15) x (k0..k0+15) where B[k][n] = tile[k][n] (tile rows are k).
+__device__ __forceinline__ void attn_ldsm_bn(uint32_t b[4], const bf16 *tile, int ld, int k0, int n0, int lane) {
+    int mi = lane >> 3, r = lane & 7;
+    attn_ldsm_x4_trans(b, tile + (k0 + (mi & 1) * 8 + r) * ld + n0 + (mi >> 1) * 8);
+}
+// A fragment (16 x 16) of A = M^T where M is a row-major [rows][ld] tile: A rows m0.. = M cols, A cols k0.. = M rows.
+__device__ __forceinline__ void attn_ldsm_at(uint32_t a[4], const bf16 *tile, int ld, int m0, int k0, int lane) {
+    int mi = lane >> 3, r = lane & 7;
+    attn_ldsm_x4_trans(a, tile + (k0 + (mi >> 1) * 8 + r) * ld + m0 + (mi & 1) * 8);
+}
+
+// Async load of `nrows` rows (row0.. of a [T, nheads, HD] tensor at head offset `base`) into a [rows][HD+8] tile;
+// rows >= T are zero-filled.
+template <int HD>
+__device__ __forceinline__ void attn_load_tile(bf16 *tile, const bf16 *base, size_t row_stride, int row0, int nrows,
+                                               int T, int tid) {
+    constexpr int CH = HD / 8, LD = HD + 8;
+    for (int c = tid; c < nrows * CH; c += ATTN_THREADS) {
+        int r = c / CH, cc = c % CH;
+        int row = row0 + r;
+        bool ok = row < T;
+        attn_cp_async16(tile + r * LD + cc * 8, base + (size_t)(ok ? row : 0) * row_stride + cc * 8, ok);
+    }
+}
+
+template <int HD>
+static constexpr size_t attn_fwd_smem_bytes() {
+    return (size_t)(ATTN_BM + 4 * ATTN_BN) * (HD + 8) * sizeof(bf16);
+}
+
+// grid (ceil(T/64), H, B), 128 threads. Warp w owns query rows q0 + 16w .. +15.
+template <int HD>
+__global__ void __launch_bounds__(ATTN_THREADS) attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
+                                                                const bf16 *v, int T, int H, int KVH,
+                                                                float scale_log2) {
+    constexpr int LD = HD + 8, BM = ATTN_BM, BN = ATTN_BN, CH = HD / 8;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(attn_smem);  // [BM][LD], reused to stage the output
+    bf16 *sK = sQ + BM * LD;                          // [2][BN][LD]
+    bf16 *sV = sK + 2 * BN * LD;                      // [2][BN][LD]
+
+    const int mb = gridDim.x - 1 - blockIdx.x;  // heaviest (latest) query blocks first
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (H / KVH);
+    const int q0 = mb * BM;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const size_t qs = (size_t)H * HD, kvs = (size_t)KVH * HD;
+    const bf16 *qb = q + (size_t)b * T * qs + (size_t)h * HD;
+    const bf16 *kb = k + (size_t)b * T * kvs + (size_t)kvh * HD;
+    const bf16 *vb = v + (size_t)b * T * kvs + (size_t)kvh * HD;
+
+    const int n_kb = min(CEIL_DIV(q0 + BM, BN), CEIL_DIV(T, BN));
+    attn_load_tile<HD>(sQ, qb, qs, q0, BM, T, tid);
+    attn_load_tile<HD>(sK, kb, kvs, 0, BN, T, tid);
+    attn_load_tile<HD>(sV, vb, kvs, 0, BN, T, tid);
+    attn_cp_async_commit();
+
+    uint32_t qf[HD / 16][4];
+    float o[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
+
+    for (int j = 0; j < n_kb; j++) {
+        attn_cp_async_wait_all();
+        __syncthreads();  // tile j visible to all; everyone is done with tile j-1 (its buffer is refilled next)
+        if (j + 1 < n_kb) {
+            int nb = (j + 1) & 1;
+            attn_load_tile<HD>(sK + nb * BN * LD, kb, kvs, (j + 1) * BN, BN, T, tid);
+            attn_load_tile<HD>(sV + nb * BN * LD, vb, kvs, (j + 1) * BN, BN, T, tid);
+        }
+        attn_cp_async_commit();
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) attn_ldsm_a(qf[kk], sQ, LD, warp * 16, kk * 16, lane);
+        }
+        const bf16 *cK = sK + (j & 1) * BN * LD;
+        const bf16 *cV = sV + (j & 1) * BN * LD;
+        const int k0 = j * BN;
+
+        // S = Q K^T (16 rows x 64 keys per warp)
+        float s[BN / 8][4];
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+#pragma unroll
+            for (int np = 0; np < BN / 16; np++) {
+                uint32_t bfr[4];
+                attn_ldsm_bt(bfr, cK, LD, np * 16, kk * 16, lane);
+                attn_mma(s[2 * np], qf[kk], bfr[0], bfr[1]);
+                attn_mma(s[2 * np + 1], qf[kk], bfr[2], bfr[3]);
+            }
+        }
+        // scale into the log2 domain; causal mask on blocks that reach past this warp's first row
+        const bool need_mask = k0 + BN - 1 > q0 + warp * 16;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s[nt][e] * scale_log2;
+                if (need_mask) {
+                    int col = k0 + nt * 8 + 2 * t + (e & 1);
+                    int row = (e < 2) ? row_a : row_b;
+                    if (col > row) x = -INFINITY;
+                }
+                s[nt][e] = x;
+            }
+        }
+        // online softmax
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
+        }
+        float alpha[2], mref[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            mref[i] = (mx[i] == -INFINITY) ? 0.0f : mx[i];
+            alpha[i] = exp2f(m[i] - mref[i]);  // 0 when m was -inf
+            m[i] = mx[i];
+            l[i] *= alpha[i];
+        }
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) {
+            s[nt][0] = exp2f(s[nt][0] - mref[0]);
+            s[nt][1] = exp2f(s[nt][1] - mref[0]);
+            s[nt][2] = exp2f(s[nt][2] - mref[1]);
+            s[nt][3] = exp2f(s[nt][3] - mref[1]);
+            l[0] += s[nt][0] + s[nt][1];
+            l[1] += s[nt][2] + s[nt][3];
+        }
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++) {
+            o[dt][0] *= alpha[0];
+            o[dt][1] *= alpha[0];
+            o[dt][2] *= alpha[1];
+            o[dt][3] *= alpha[1];
+        }
+        // O += P V
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[4] = {attn_pack_bf16(s[2 * kk][0], s[2 * kk][1]), attn_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             attn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             attn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < HD / 16; dp++) {
+                uint32_t bfr[4];
+                attn_ldsm_bn(bfr, cV, LD, kk * 16, dp * 16, lane);
+                attn_mma(o[2 * dp], a, bfr[0], bfr[1]);
+                attn_mma(o[2 * dp + 1], a, bfr[2], bfr[3]);
+            }
+        }
+    }
+
+    // epilogue: normalize, lse, stage this warp's 16 rows in sQ (only this warp read them), 16-byte stores
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+    const float inv0 = 1.0f / l[0], inv1 = 1.0f / l[1];
+    if (t == 0) {
+        float *lrow = lse + ((size_t)b * H + h) * T;
+        if (row_a < T) lrow[row_a] = m[0] * ATTN_LN2 + logf(l[0]);
+        if (row_b < T) lrow[row_b] = m[1] * ATTN_LN2 + logf(l[1]);
+    }
+    bf16 *sO = sQ + warp * 16 * LD;
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; dt++) {
+        *reinterpret_cast<uint32_t *>(sO + g * LD + dt * 8 + 2 * t) = attn_pack_bf16(o[dt][0] * inv0, o[dt][1] * inv0);
+        *reinterpret_cast<uint32_t *>(sO + (g + 8) * LD + dt * 8 + 2 * t) =
+            attn_pack_bf16(o[dt][2] * inv1, o[dt][3] * inv1);
+    }
+    __syncwarp();
+    for (int c = lane; c < 16 * CH; c += 32) {
+        int r = c / CH, cc = c % CH;
+        int row = q0 + warp * 16 + r;
+        if (row < T)
+            *reinterpret_cast<uint4 *>(out + ((size_t)b * T + row) * qs + (size_t)h * HD + cc * 8) =
+                *reinterpret_cast<const uint4 *>(sO + r * LD + cc * 8);
+    }
+}
+
+template <int HD>
+static constexpr size_t attn_bwd_smem_bytes() {
+    return (size_t)(2 * ATTN_BN + 4 * ATTN_BM) * (HD + 8) * sizeof(bf16) +  // K, V, Q[2], dO[2]
+           (size_t)ATTN_BN * (ATTN_BM + 8) * sizeof(bf16) +                 // dS^T
+           (size_t)4 * ATTN_BM * sizeof(float);                             // lse[2], D[2]
+}
+
+// grid (ceil(T/64), KVH, B), 128 threads. The CTA owns keys k0 .. k0+63 of kv head kvh; warp w owns keys
+// k0 + 16w .. +15 (its dK, dV rows, in registers). It loops over the query heads of the group and the query
+// blocks from the diagonal on. Per query block (64 rows): S^T = K Q^T, P^T = exp2(S^T*scale*log2e - lse*log2e),
+// dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q, dQ += dS K (atomicAdd into fp32 dq_acc).
+// dq_acc and dK carry no scale; the scale is applied when writing dK and when converting dq.
+template <int HD>
+__global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, bf16 *dk, bf16 *dv, const bf16 *dout,
+                                                                const float *lse, const float *dsum, const bf16 *q,
+                                                                const bf16 *k, const bf16 *v, int T, int H, int KVH,
+                                                                float scale, float scale_log2) {
+    constexpr int LD = HD + 8, LDS = ATTN_BM + 8, BM = ATTN_BM, BN = ATTN_BN;
+    constexpr bool CACHE_KV = HD <= 64;  // keep K/V A-fragments in registers (hd 128 would spill)
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    bf16 *sK = reinterpret_cast<bf16 *>(attn_smem);  // [BN][LD]
+    bf16 *sV = sK + BN * LD;                          // [BN][LD]
+    bf16 *sQ = sV + BN * LD;                          // [2][BM][LD]
+    bf16 *sdO = sQ + 2 * BM * LD;                     // [2][BM][LD]
+    bf16 *sdS = sdO + 2 * BM * LD;                    // [BN][LDS]  dS^T (keys x queries)
+    float *sL = reinterpret_cast<float *>(sdS + BN * LDS);  // [2][BM] lse * log2e (+inf past T)
+    float *sD = sL + 2 * BM;                                 // [2][BM] D (0 past T)
+
+    const int nb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    const int group = H / KVH;
+    const int k0 = nb * BN;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const size_t qs = (size_t)H * HD, kvs = (size_t)KVH * HD;
+    const bf16 *kb = k + (size_t)b * T * kvs + (size_t)kvh * HD;
+    const bf16 *vb = v + (size_t)b * T * kvs + (size_t)kvh * HD;
+    const int nq = CEIL_DIV(T, BM);
+    const int i_begin = k0 / BM;
+    const int per_head = nq - i_begin;
+    const int n_it = group * per_head;
+
+    // issue loads for iteration `it` into buffer `buf`
+    auto load_q_block = [&](int it, int buf) {
+        int h = kvh * group + it / per_head;
+        int q0 = (i_begin + it % per_head) * BM;
+        const bf16 *qb = q + (size_t)b * T * qs + (size_t)h * HD;
+        const bf16 *ob = dout + (size_t)b * T * qs + (size_t)h * HD;
+        attn_load_tile<HD>(sQ + buf * BM * LD, qb, qs, q0, BM, T, tid);
+        attn_load_tile<HD>(sdO + buf * BM * LD, ob, qs, q0, BM, T, tid);
+        if (tid < BM) {
+            int row = q0 + tid;
+            size_t idx = ((size_t)b * H + h) * T + row;
+            sL[buf * BM + tid] = row < T ? lse[idx] * ATTN_LOG2E : INFINITY;
+            sD[buf * BM + tid] = row < T ? dsum[idx] : 0.0f;
+        }
+    };
+
+    attn_load_tile<HD>(sK, kb, kvs, k0, BN, T, tid);
+    attn_load_tile<HD>(sV, vb, kvs, k0, BN, T, tid);
+    load_q_block(0, 0);
+    attn_cp_async_commit();
+
+    uint32_t kf[CACHE_KV ? HD / 16 : 1][4], vf[CACHE_KV ? HD / 16 : 1][4];
+    float dka[HD / 8][4], dva[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) {
+        dka[i][0] = dka[i][1] = dka[i][2] = dka[i][3] = 0.0f;
+        dva[i][0] = dva[i][1] = dva[i][2] = dva[i][3] = 0.0f;
+    }
+    const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;
+
+    for (int it = 0; it < n_it; it++) {
+        attn_cp_async_wait_all();
+        __syncthreads();  // block `it` visible; all warps are done with block it-1 and with sdS
+        if (it + 1 < n_it) load_q_block(it + 1, (it + 1) & 1);
+        attn_cp_async_commit();
+        if (CACHE_KV && it == 0) {
+#pragma unroll
+            for (int kk = 0; kk < (CACHE_KV ? HD / 16 : 1); kk++) {
+                attn_ldsm_a(kf[kk], sK, LD, warp * 16, kk * 16, lane);
+                attn_ldsm_a(vf[kk], sV, LD, warp * 16, kk * 16, lane);
+            }
+        }
+        const int c = it & 1;
+        const int h = kvh * group + it / per_head;
+        const int q0 = (i_begin + it % per_head) * BM;
+        const bf16 *cQ = sQ + c * BM * LD, *cdO = sdO + c * BM * LD;
+        const float *cL = sL + c * BM, *cD = sD + c * BM;
+
+        // S^T = K Q^T (16 keys x 64 queries per warp)
+        float s[BM / 8][4];
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t af[4];
+            if (CACHE_KV) {
+                af[0] = kf[CACHE_KV ? kk : 0][0]; af[1] = kf[CACHE_KV ? kk : 0][1];
+                af[2] = kf[CACHE_KV ? kk : 0][2]; af[3] = kf[CACHE_KV ? kk : 0][3];
+            } else {
+                attn_ldsm_a(af, sK, LD, warp * 16, kk * 16, lane);
+            }
+#pragma unroll
+            for (int np = 0; np < BM / 16; np++) {
+                uint32_t bfr[4];
+                attn_ldsm_bt(bfr, cQ, LD, np * 16, kk * 16, lane);
+                attn_mma(s[2 * np], af, bfr[0], bfr[1]);
+                attn_mma(s[2 * np + 1], af, bfr[2], bfr[3]);
+            }
+        }
+        // P^T: rows = keys (key_a for e < 2, key_b otherwise), cols = queries q0 + nt*8 + 2t + (e&1)
+        const bool need_mask = q0 < k0 + warp * 16 + 15;
+#pragma unroll
+        for (int nt = 0; nt < BM / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qc = nt * 8 + 2 * t + (e & 1);
+                float p = exp2f(s[nt][e] * scale_log2 - cL[qc]);
+                if (need_mask && q0 + qc < ((e < 2) ? key_a : key_b)) p = 0.0f;
+                s[nt][e] = p;
+            }
+        }
+        // dV += P^T dO
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            uint32_t a[4] = {attn_pack_bf16(s[2 * kk][0], s[2 * kk][1]), attn_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             attn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             attn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < HD / 16; dp++) {
+                uint32_t bfr[4];
+                attn_ldsm_bn(bfr, cdO, LD, kk * 16, dp * 16, lane);
+                attn_mma(dva[2 * dp], a, bfr[0], bfr[1]);
+                attn_mma(dva[2 * dp + 1], a, bfr[2], bfr[3]);
+            }
+        }
+        // dP^T = V dO^T
+        float dpt[BM / 8][4];
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++) dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t af[4];
+            if (CACHE_KV) {
+                af[0] = vf[CACHE_KV ? kk : 0][0]; af[1] = vf[CACHE_KV ? kk : 0][1];
+                af[2] = vf[CACHE_KV ? kk : 0][2]; af[3] = vf[CACHE_KV ? kk : 0][3];
+            } else {
+                attn_ldsm_a(af, sV, LD, warp * 16, kk * 16, lane);
+            }
+#pragma unroll
+            for (int np = 0; np < BM / 16; np++) {
+                uint32_t bfr[4];
+                attn_ldsm_bt(bfr, cdO, LD, np * 16, kk * 16, lane);
+                attn_mma(dpt[2 * np], af, bfr[0], bfr[1]);
+                attn_mma(dpt[2 * np + 1], af, bfr[2], bfr[3]);
+            }
+        }
+        // dS^T = P^T (dP^T - D); also to shared memory (bf16) for dQ
+        bf16 *wdS = sdS + warp * 16 * LDS;
+#pragma unroll
+        for (int nt = 0; nt < BM / 8; nt++) {
+            int qc = nt * 8 + 2 * t;
+            float d0 = cD[qc], d1 = cD[qc + 1];
+            dpt[nt][0] = s[nt][0] * (dpt[nt][0] - d0);
+            dpt[nt][1] = s[nt][1] * (dpt[nt][1] - d1);
+            dpt[nt][2] = s[nt][2] * (dpt[nt][2] - d0);
+            dpt[nt][3] = s[nt][3] * (dpt[nt][3] - d1);
+            *reinterpret_cast<uint32_t *>(wdS + g * LDS + qc) = attn_pack_bf16(dpt[nt][0], dpt[nt][1]);
+            *reinterpret_cast<uint32_t *>(wdS + (g + 8) * LDS + qc) = attn_pack_bf16(dpt[nt][2], dpt[nt][3]);
+        }
+        // dK += dS^T Q
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            uint32_t a[4] = {attn_pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]),
+                             attn_pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
+                             attn_pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                             attn_pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < HD / 16; dp++) {
+                uint32_t bfr[4];
+                attn_ldsm_bn(bfr, cQ, LD, kk * 16, dp * 16, lane);
+                attn_mma(dka[2 * dp], a, bfr[0], bfr[1]);
+                attn_mma(dka[2 * dp + 1], a, bfr[2], bfr[3]);
+            }
+        }
+        __syncthreads();  // dS^T of all warps in sdS
+        // dQ rows q0 + 16w .. +15 += dS K (A = dS = (dS^T)^T from sdS, B[key][d] = K)
+        float dq[HD / 8][4];
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[4];
+            attn_ldsm_at(a, sdS, LDS, warp * 16, kk * 16, lane);
+#pragma unroll
+            for (int dp = 0; dp < HD / 16; dp++) {
+                uint32_t bfr[4];
+                attn_ldsm_bn(bfr, sK, LD, kk * 16, dp * 16, lane);
+                attn_mma(dq[2 * dp], a, bfr[0], bfr[1]);
+                attn_mma(dq[2 * dp + 1], a, bfr[2], bfr[3]);
+            }
+        }
+        const int qa = q0 + warp * 16 + g, qb2 = qa + 8;
+        float *dqa = dq_acc + ((size_t)b * T + qa) * qs + (size_t)h * HD;
+        float *dqb = dq_acc + ((size_t)b * T + qb2) * qs + (size_t)h * HD;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++) {
+            int col = dt * 8 + 2 * t;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            if (qa < T) atomicAdd(reinterpret_cast<float2 *>(dqa + col), make_float2(dq[dt][0], dq[dt][1]));
+            if (qb2 < T) atomicAdd(reinterpret_cast<float2 *>(dqb + col), make_float2(dq[dt][2], dq[dt][3]));
+#else
+            if (qa < T) { atomicAdd(dqa + col, dq[dt][0]); atomicAdd(dqa + col + 1, dq[dt][1]); }
+            if (qb2 < T) { atomicAdd(dqb + col, dq[dt][2]); atomicAdd(dqb + col + 1, dq[dt][3]); }
+#endif
+        }
+    }
+
+    // write dK (scaled), dV for keys key_a, key_b
+    bf16 *dkb = dk + (size_t)b * T * kvs + (size_t)kvh * HD;
+    bf16 *dvb = dv + (size_t)b * T * kvs + (size_t)kvh * HD;
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; dt++) {
+        int col = dt * 8 + 2 * t;
+        if (key_a < T) {
+            *reinterpret_cast<uint32_t *>(dkb + (size_t)key_a * kvs + col) =
+                attn_pack_bf16(dka[dt][0] * scale, dka[dt][1] * scale);
+            *reinterpret_cast<uint32_t *>(dvb + (size_t)key_a * kvs + col) = attn_pack_bf16(dva[dt][0], dva[dt][1]);
+        }
+        if (key_b < T) {
+            *reinterpret_cast<uint32_t *>(dkb + (size_t)key_b * kvs + col) =
+                attn_pack_bf16(dka[dt][2] * scale, dka[dt][3] * scale);
+            *reinterpret_cast<uint32_t *>(dvb + (size_t)key_b * kvs + col) = attn_pack_bf16(dva[dt][2], dva[dt][3]);
+        }
+    }
+}
+
+// dq = bf16(dq_acc * scale), 8 elements per thread (n % 8 == 0 since hd % 8 == 0).
+__global__ void attn_dq_convert_kernel(bf16 *dq, const float *dq_acc, size_t n, float scale) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    float4 a = *reinterpret_cast<const float4 *>(dq_acc + i);
+    float4 c = *reinterpret_cast<const float4 *>(dq_acc + i + 4);
+    uint4 o;
+    o.x = attn_pack_bf16(a.x * scale, a.y * scale);
+    o.y = attn_pack_bf16(a.z * scale, a.w * scale);
+    o.z = attn_pack_bf16(c.x * scale, c.y * scale);
+    o.w = attn_pack_bf16(c.z * scale, c.w * scale);
+    *reinterpret_cast<uint4 *>(dq + i) = o;
+}
+
+template <int HD>
+static inline void attention_forward_fast(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
+                                          int T, int H, int KVH, cudaStream_t stream) {
+    size_t smem = attn_fwd_smem_bytes<HD>();
+    cudaCheck(cudaFuncSetAttribute(attn_fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(CEIL_DIV(T, ATTN_BM), H, B);
+    float scale_log2 = ATTN_LOG2E / sqrtf((float)HD);
+    attn_fwd_kernel<HD><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, q, k, v, T, H, KVH, scale_log2);
+    cudaCheckLaunch();
+}
+
+template <int HD>
+static inline void attention_backward_fast(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,
+                                           const float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                                           float *dq_acc, float *dsum, int B, int T, int H, int KVH,
+                                           cudaStream_t stream) {
+    float scale = 1.0f / sqrtf((float)HD);
+    size_t qrows = (size_t)B * T * H;
+    attn_bwd_preprocess_kernel<<<attn_warp_blocks(qrows, 8), 256, 0, stream>>>(dsum, dq_acc, dout, out, B, T, H, HD);
+    cudaCheckLaunch();
+    size_t smem = attn_bwd_smem_bytes<HD>();
+    cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(CEIL_DIV(T, ATTN_BN), KVH, B);
+    attn_bwd_kernel<HD><<<grid, ATTN_THREADS, smem, stream>>>(dq_acc, dk, dv, dout, lse, dsum, q, k, v, T, H, KVH,
+                                                              scale, scale * ATTN_LOG2E);
+    cudaCheckLaunch();
+    size_t n = qrows * HD;
+    attn_dq_convert_kernel<<<(unsigned)ceil_div_sz(n / 8, 256), 256, 0, stream>>>(dq, dq_acc, n, scale);
+    cudaCheckLaunch();
+}
+
+// ------------------------------------------------------------------------------------------------
 // Public entry points
 
 static inline void attention_forward_path(AttnPath path, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
                                           const bf16 *v, int B, int T, int H, int KVH, int hd, cudaStream_t stream) {
     const void *ptrs[5] = {out, lse, q, k, v};
     attention_check_args("attention_forward", ptrs, 5, B, T, H, KVH, hd);
-    attention_forward_simple(out, lse, q, k, v, B, T, H, KVH, hd, stream);
+    if (path == ATTN_PATH_FAST && hd == 64) attention_forward_fast<64>(out, lse, q, k, v, B, T, H, KVH, stream);
+    else if (path == ATTN_PATH_FAST && hd == 128) attention_forward_fast<128>(out, lse, q, k, v, B, T, H, KVH, stream);
+    else if (path == ATTN_PATH_FAST && hd == 32) attention_forward_fast<32>(out, lse, q, k, v, B, T, H, KVH, stream);
+    else attention_forward_simple(out, lse, q, k, v, B, T, H, KVH, hd, stream);
 }
 
 static inline void attention_backward_path(AttnPath path, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
@@ -282,7 +817,14 @@ static inline void attention_backward_path(AttnPath path, bf16 *dq, bf16 *dk, bf
     attention_check_args("attention_backward", ptrs, 10, B, T, H, KVH, hd);
     size_t dq_elems = ((size_t)B * T * H * hd + 63) & ~(size_t)63;
     float *dsum = scratch + dq_elems;
-    attention_backward_simple(dq, dk, dv, dout, out, lse, q, k, v, dsum, B, T, H, KVH, hd, stream);
+    if (path == ATTN_PATH_FAST && hd == 64)
+        attention_backward_fast<64>(dq, dk, dv, dout, out, lse, q, k, v, scratch, dsum, B, T, H, KVH, stream);
+    else if (path == ATTN_PATH_FAST && hd == 128)
+        attention_backward_fast<128>(dq, dk, dv, dout, out, lse, q, k, v, scratch, dsum, B, T, H, KVH, stream);
+    else if (path == ATTN_PATH_FAST && hd == 32)
+        attention_backward_fast<32>(dq, dk, dv, dout, out, lse, q, k, v, scratch, dsum, B, T, H, KVH, stream);
+    else
+        attention_backward_simple(dq, dk, dv, dout, out, lse, q, k, v, dsum, B, T, H, KVH, hd, stream);
 }
 
 // The binding API (core/attention.cuh in apis.md): path from SLLM_ATTN (default fast).

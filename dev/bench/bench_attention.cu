@@ -1,0 +1,115 @@
+// dev/bench/bench_attention.cu: times core/attention.cuh at the paper's shapes (hd 64, 32 heads, T 2048).
+// Usage: build/bench_attention [reps]   (default 30)
+// For B in {4, 8}: forward, backward and forward+backward, median of `reps` runs timed with CUDA events after
+// warm-up, and TFLOP/s with causal FLOP counts: fwd 2*B*H*T*T*hd (= 4*B*H*T^2*hd/2: two GEMMs, half the
+// matrix), bwd 2.5x fwd (five GEMMs). Inputs are random (never zeros). Also one timing of the simple path at
+// B=4 (SLLM_ATTN=simple fallback), with few runs, to know what the fallback costs.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "attention.cuh"
+#include "rng.h"
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static float median(float *x, int n) {
+    qsort(x, (size_t)n, sizeof(float), cmp_float);
+    return n % 2 ? x[n / 2] : 0.5f * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static void fill_random(bf16 *d, size_t n, Rng *r, double std) {
+    float *h = (float *)sllm_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = (float)(rng_normal(r) * std);
+    upload_bf16(d, h, n);
+    free(h);
+}
+
+typedef struct {
+    bf16 *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+    float *lse, *scratch;
+} Bufs;
+
+// mode 0: fwd, 1: bwd, 2: fwd+bwd. Returns the median ms.
+static float time_it(AttnPath path, int mode, const Bufs *b, int B, int T, int H, int KVH, int hd, int reps) {
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    float *ms = (float *)sllm_malloc((size_t)reps * sizeof(float));
+    for (int r = -3; r < reps; r++) {  // 3 warm-up runs
+        cudaCheck(cudaEventRecord(e0, 0));
+        if (mode != 1) attention_forward_path(path, b->out, b->lse, b->q, b->k, b->v, B, T, H, KVH, hd, 0);
+        if (mode != 0)
+            attention_backward_path(path, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v, b->scratch,
+                                    B, T, H, KVH, hd, 0);
+        cudaCheck(cudaEventRecord(e1, 0));
+        cudaCheck(cudaEventSynchronize(e1));
+        if (r >= 0) cudaCheck(cudaEventElapsedTime(&ms[r], e0, e1));
+    }
+    float m = median(ms, reps);
+    free(ms);
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    return m;
+}
+
+int main(int argc, char **argv) {
+    int reps = argc > 1 ? atoi(argv[1]) : 30;
+    if (!cuda_device_available()) {
+        printf("bench_attention: no CUDA device, nothing to do\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("bench_attention on %s (%d SMs), median of %d runs\n", prop.name, prop.multiProcessorCount, reps);
+    const int T = 2048, H = 32, KVH = 32, hd = 64;
+    const int Bmax = 8;
+    size_t nq = (size_t)Bmax * T * H * hd, nkv = (size_t)Bmax * T * KVH * hd;
+    Bufs b;
+    cudaCheck(cudaMalloc(&b.q, nq * 2));
+    cudaCheck(cudaMalloc(&b.k, nkv * 2));
+    cudaCheck(cudaMalloc(&b.v, nkv * 2));
+    cudaCheck(cudaMalloc(&b.out, nq * 2));
+    cudaCheck(cudaMalloc(&b.dout, nq * 2));
+    cudaCheck(cudaMalloc(&b.dq, nq * 2));
+    cudaCheck(cudaMalloc(&b.dk, nkv * 2));
+    cudaCheck(cudaMalloc(&b.dv, nkv * 2));
+    cudaCheck(cudaMalloc(&b.lse, (size_t)Bmax * H * T * 4));
+    cudaCheck(cudaMalloc(&b.scratch, attention_backward_scratch_bytes(Bmax, T, H, KVH, hd)));
+    Rng rng;
+    rng_seed(&rng, 1234);
+    fill_random(b.q, nq, &rng, 1.0);
+    fill_random(b.k, nkv, &rng, 1.0);
+    fill_random(b.v, nkv, &rng, 1.0);
+    fill_random(b.dout, nq, &rng, 1.0);
+
+    printf("%-7s %2s %5s %3s %4s %3s | %9s %8s | %9s %8s | %9s %8s\n", "path", "B", "T", "H", "KVH", "hd", "fwd ms",
+           "TFLOP/s", "bwd ms", "TFLOP/s", "f+b ms", "TFLOP/s");
+    struct { AttnPath path; int B, KVH, reps; } cases[] = {
+        {ATTN_PATH_FAST, 4, 32, reps}, {ATTN_PATH_FAST, 8, 32, reps}, {ATTN_PATH_FAST, 8, 8, reps},
+        {ATTN_PATH_SIMPLE, 4, 32, 3},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int B = cases[c].B, kvh = cases[c].KVH, n = cases[c].reps;
+        double fwd_flop = 2.0 * B * H * (double)T * T * hd, bwd_flop = 2.5 * fwd_flop;
+        float tf = time_it(cases[c].path, 0, &b, B, T, H, kvh, hd, n);
+        float tb = time_it(cases[c].path, 1, &b, B, T, H, kvh, hd, n);
+        float tfb = time_it(cases[c].path, 2, &b, B, T, H, kvh, hd, n);
+        printf("%-7s %2d %5d %3d %4d %3d | %9.3f %8.1f | %9.3f %8.1f | %9.3f %8.1f\n",
+               cases[c].path == ATTN_PATH_FAST ? "fast" : "simple", B, T, H, kvh, hd, tf, fwd_flop / tf * 1e-9, tb,
+               bwd_flop / tb * 1e-9, tfb, (fwd_flop + bwd_flop) / tfb * 1e-9);
+    }
+    cudaCheck(cudaFree(b.q));
+    cudaCheck(cudaFree(b.k));
+    cudaCheck(cudaFree(b.v));
+    cudaCheck(cudaFree(b.out));
+    cudaCheck(cudaFree(b.dout));
+    cudaCheck(cudaFree(b.dq));
+    cudaCheck(cudaFree(b.dk));
+    cudaCheck(cudaFree(b.dv));
+    cudaCheck(cudaFree(b.lse));
+    cudaCheck(cudaFree(b.scratch));
+    return 0;
+}

@@ -1,0 +1,284 @@
+// GPU tests of core/attention.cuh: both paths (fast tensor-core, simple warp-per-row) against a CPU float64
+// reference of causal softmax attention (forward) and its analytic gradient (backward).
+//
+// Inputs are random bf16 (fresh seed per run, printed; SLLM_TEST_SEED=<n> repeats one). Every output buffer is
+// poisoned with NaN before each run, so an unwritten element fails the test.
+// Tolerances: ||x - ref|| / max(||ref||, 1e-2 sqrt(n)) < 1e-2 for out, dq, dk, dv. Why 1e-2: the outputs are
+// rounded to bf16 (relative 2^-9 ~ 2e-3 per element), and the fast path also rounds P and dS to bf16 before the
+// tensor-core products (another few 1e-3, random, so the norm-wise error stays ~3e-3..5e-3); 1e-2 leaves a 2x
+// margin while any indexing/masking bug gives O(1). The floor in the denominator handles outputs that are exactly
+// zero in the reference (T = 1: dq = dk = 0). lse is fp32 math on the same bf16 inputs: max |lse - ref| < 2e-3.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>  // no extern "C" guards of its own
+}
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attention.cuh"
+#include "rng.h"
+
+static uint64_t g_seed;
+
+// ---- CPU float64 reference -------------------------------------------------------------------------------
+// q [B,T,H,hd], k/v [B,T,KVH,hd], dout [B,T,H,hd] (floats holding bf16 values). Outputs zeroed inside.
+static void ref_attention(const float *q, const float *k, const float *v, const float *dout, int B, int T, int H,
+                          int KVH, int hd, double *out, double *lse, double *dq, double *dk, double *dv) {
+    size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KVH * hd;
+    memset(out, 0, nq * sizeof(double));
+    memset(dq, 0, nq * sizeof(double));
+    memset(dk, 0, nkv * sizeof(double));
+    memset(dv, 0, nkv * sizeof(double));
+    double scale = 1.0 / sqrt((double)hd);
+    double *p = (double *)sllm_malloc((size_t)T * sizeof(double));
+    double *dp = (double *)sllm_malloc((size_t)T * sizeof(double));
+    int group = H / KVH;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int kvh = h / group;
+            for (int i = 0; i < T; i++) {
+                const float *qi = q + (((size_t)b * T + i) * H + h) * hd;
+                const float *doi = dout + (((size_t)b * T + i) * H + h) * hd;
+                double mx = -INFINITY;
+                for (int j = 0; j <= i; j++) {
+                    const float *kj = k + (((size_t)b * T + j) * KVH + kvh) * hd;
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += (double)qi[d] * kj[d];
+                    p[j] = s * scale;
+                    if (p[j] > mx) mx = p[j];
+                }
+                double sum = 0;
+                for (int j = 0; j <= i; j++) { p[j] = exp(p[j] - mx); sum += p[j]; }
+                for (int j = 0; j <= i; j++) p[j] /= sum;
+                lse[((size_t)b * H + h) * T + i] = mx + log(sum);
+                double *oi = out + (((size_t)b * T + i) * H + h) * hd;
+                double D = 0;
+                for (int j = 0; j <= i; j++) {
+                    const float *vj = v + (((size_t)b * T + j) * KVH + kvh) * hd;
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) { oi[d] += p[j] * vj[d]; s += (double)doi[d] * vj[d]; }
+                    dp[j] = s;
+                    D += p[j] * s;
+                }
+                double *dqi = dq + (((size_t)b * T + i) * H + h) * hd;
+                for (int j = 0; j <= i; j++) {
+                    double ds = p[j] * (dp[j] - D) * scale;
+                    const float *kj = k + (((size_t)b * T + j) * KVH + kvh) * hd;
+                    double *dkj = dk + (((size_t)b * T + j) * KVH + kvh) * hd;
+                    double *dvj = dv + (((size_t)b * T + j) * KVH + kvh) * hd;
+                    for (int d = 0; d < hd; d++) {
+                        dqi[d] += ds * kj[d];
+                        dkj[d] += ds * qi[d];
+                        dvj[d] += p[j] * doi[d];
+                    }
+                }
+            }
+        }
+    free(p);
+    free(dp);
+}
+
+// ---- helpers ---------------------------------------------------------------------------------------------
+static void fill_bf16_normal(Rng *r, float *x, size_t n, double std) {
+    for (size_t i = 0; i < n; i++) x[i] = sllm_round_bf16((float)(rng_normal(r) * std));
+}
+
+// Relative L2 error with a floor on the denominator; fails (returns +inf) on any non-finite value.
+static double rel_err(const float *x, const double *ref, size_t n, size_t *nonfinite) {
+    double num = 0, den = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) { bad++; continue; }
+        double d = x[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    *nonfinite = bad;
+    if (bad) return INFINITY;
+    double floor_ = 1e-2 * sqrt((double)n);
+    return sqrt(num) / fmax(sqrt(den), floor_);
+}
+
+static void poison(void *dptr, size_t bytes) { cudaCheck(cudaMemset(dptr, 0xff, bytes)); }  // NaN in bf16 and fp32
+
+typedef struct {
+    int B, T, H, KVH, hd;
+} Shape;
+
+static void check_one(const char *what, const char *path, const Shape *s, const float *x, const double *ref, size_t n,
+                      double tol) {
+    size_t bad;
+    double e = rel_err(x, ref, n, &bad);
+    printf("  %-6s %-4s B=%d T=%4d H=%d KVH=%d hd=%3d  rel_err=%.3e  nonfinite=%zu\n", path, what, s->B, s->T, s->H,
+           s->KVH, s->hd, e, bad);
+    if (!(e < tol)) fail_msg("%s path %s: rel err %.3e >= %.1e (nonfinite %zu) at B=%d T=%d H=%d KVH=%d hd=%d seed=%llu",
+                             path, what, e, tol, bad, s->B, s->T, s->H, s->KVH, s->hd, (unsigned long long)g_seed);
+}
+
+static void run_shape(Shape s, int do_simple, int do_fast) {
+    if (!cuda_device_available()) skip();
+    Rng rng;
+    uint64_t seed = g_seed ^ ((uint64_t)s.B << 48) ^ ((uint64_t)s.T << 24) ^ ((uint64_t)s.H << 16) ^
+                    ((uint64_t)s.KVH << 8) ^ (uint64_t)s.hd;
+    rng_seed(&rng, seed);
+    size_t nq = (size_t)s.B * s.T * s.H * s.hd, nkv = (size_t)s.B * s.T * s.KVH * s.hd, nl = (size_t)s.B * s.H * s.T;
+    float *q = (float *)sllm_malloc(nq * 4), *k = (float *)sllm_malloc(nkv * 4), *v = (float *)sllm_malloc(nkv * 4);
+    float *dout = (float *)sllm_malloc(nq * 4);
+    fill_bf16_normal(&rng, q, nq, 1.5);  // scaled scores ~ N(0, 1.5^2): peaked and flat rows both occur
+    fill_bf16_normal(&rng, k, nkv, 1.0);
+    fill_bf16_normal(&rng, v, nkv, 1.0);
+    fill_bf16_normal(&rng, dout, nq, 1.0);
+    double *r_out = (double *)sllm_malloc(nq * 8), *r_lse = (double *)sllm_malloc(nl * 8);
+    double *r_dq = (double *)sllm_malloc(nq * 8), *r_dk = (double *)sllm_malloc(nkv * 8);
+    double *r_dv = (double *)sllm_malloc(nkv * 8);
+    ref_attention(q, k, v, dout, s.B, s.T, s.H, s.KVH, s.hd, r_out, r_lse, r_dq, r_dk, r_dv);
+
+    bf16 *d_q, *d_k, *d_v, *d_out, *d_dout, *d_dq, *d_dk, *d_dv;
+    float *d_lse, *d_scratch;
+    cudaCheck(cudaMalloc(&d_q, nq * 2));
+    cudaCheck(cudaMalloc(&d_k, nkv * 2));
+    cudaCheck(cudaMalloc(&d_v, nkv * 2));
+    cudaCheck(cudaMalloc(&d_out, nq * 2));
+    cudaCheck(cudaMalloc(&d_dout, nq * 2));
+    cudaCheck(cudaMalloc(&d_dq, nq * 2));
+    cudaCheck(cudaMalloc(&d_dk, nkv * 2));
+    cudaCheck(cudaMalloc(&d_dv, nkv * 2));
+    cudaCheck(cudaMalloc(&d_lse, nl * 4));
+    size_t scratch_bytes = attention_backward_scratch_bytes(s.B, s.T, s.H, s.KVH, s.hd);
+    cudaCheck(cudaMalloc(&d_scratch, scratch_bytes));
+    upload_bf16(d_q, q, nq);
+    upload_bf16(d_k, k, nkv);
+    upload_bf16(d_v, v, nkv);
+    upload_bf16(d_dout, dout, nq);
+
+    float *h_out = (float *)sllm_malloc(nq * 4), *h_lse = (float *)sllm_malloc(nl * 4);
+    float *h_dq = (float *)sllm_malloc(nq * 4), *h_dk = (float *)sllm_malloc(nkv * 4);
+    float *h_dv = (float *)sllm_malloc(nkv * 4);
+    for (int pass = 0; pass < 2; pass++) {
+        AttnPath path = pass == 0 ? ATTN_PATH_SIMPLE : ATTN_PATH_FAST;
+        if ((path == ATTN_PATH_SIMPLE && !do_simple) || (path == ATTN_PATH_FAST && !do_fast)) continue;
+        const char *pname = path == ATTN_PATH_SIMPLE ? "simple"
+                            : attention_fast_supported(s.hd) ? "fast"
+                                                             : "fast(->simple)";
+        poison(d_out, nq * 2);
+        poison(d_lse, nl * 4);
+        poison(d_dq, nq * 2);
+        poison(d_dk, nkv * 2);
+        poison(d_dv, nkv * 2);
+        poison(d_scratch, scratch_bytes);
+        attention_forward_path(path, d_out, d_lse, d_q, d_k, d_v, s.B, s.T, s.H, s.KVH, s.hd, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        attention_backward_path(path, d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v, d_scratch, s.B, s.T, s.H,
+                                s.KVH, s.hd, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        download_bf16(h_out, d_out, nq);
+        download_bf16(h_dq, d_dq, nq);
+        download_bf16(h_dk, d_dk, nkv);
+        download_bf16(h_dv, d_dv, nkv);
+        cudaCheck(cudaMemcpy(h_lse, d_lse, nl * 4, cudaMemcpyDeviceToHost));
+        double lse_max = 0;
+        size_t lse_bad = 0;
+        for (size_t i = 0; i < nl; i++) {
+            if (!isfinite(h_lse[i])) { lse_bad++; continue; }
+            lse_max = fmax(lse_max, fabs(h_lse[i] - r_lse[i]));
+        }
+        printf("  %-6s lse  max_abs_err=%.3e nonfinite=%zu\n", pname, lse_max, lse_bad);
+        if (lse_bad || !(lse_max < 2e-3))
+            fail_msg("%s path lse: max abs err %.3e, nonfinite %zu (seed=%llu)", pname, lse_max, lse_bad,
+                     (unsigned long long)g_seed);
+        check_one("out", pname, &s, h_out, r_out, nq, 1e-2);
+        check_one("dq", pname, &s, h_dq, r_dq, nq, 1e-2);
+        check_one("dk", pname, &s, h_dk, r_dk, nkv, 1e-2);
+        check_one("dv", pname, &s, h_dv, r_dv, nkv, 1e-2);
+    }
+    cudaCheck(cudaFree(d_q));
+    cudaCheck(cudaFree(d_k));
+    cudaCheck(cudaFree(d_v));
+    cudaCheck(cudaFree(d_out));
+    cudaCheck(cudaFree(d_dout));
+    cudaCheck(cudaFree(d_dq));
+    cudaCheck(cudaFree(d_dk));
+    cudaCheck(cudaFree(d_dv));
+    cudaCheck(cudaFree(d_lse));
+    cudaCheck(cudaFree(d_scratch));
+    free(q); free(k); free(v); free(dout);
+    free(r_out); free(r_lse); free(r_dq); free(r_dk); free(r_dv);
+    free(h_out); free(h_lse); free(h_dq); free(h_dk); free(h_dv);
+}
+
+// ---- tests -----------------------------------------------------------------------------------------------
+static void test_validate(void **state) {
+    (void)state;
+    char err[256];
+    assert_int_equal(attention_validate(2, 100, 4, 2, 64, err, sizeof err), 0);
+    assert_int_equal(attention_validate(2, 100, 4, 3, 64, err, sizeof err), -1);
+    assert_non_null(strstr(err, "KVH"));
+    assert_int_equal(attention_validate(2, 100, 4, 4, 136, err, sizeof err), -1);
+    assert_non_null(strstr(err, "head_dim"));
+    assert_int_equal(attention_validate(2, 100, 4, 4, 12, err, sizeof err), -1);
+    assert_int_equal(attention_validate(2, 0, 4, 4, 64, err, sizeof err), -1);
+    assert_true(attention_fast_supported(64) && attention_fast_supported(128) && attention_fast_supported(32));
+    assert_false(attention_fast_supported(16));
+    setenv("SLLM_ATTN", "simple", 1);
+    assert_int_equal(attention_path_from_env(), ATTN_PATH_SIMPLE);
+    setenv("SLLM_ATTN", "fast", 1);
+    assert_int_equal(attention_path_from_env(), ATTN_PATH_FAST);
+    unsetenv("SLLM_ATTN");
+    assert_int_equal(attention_path_from_env(), ATTN_PATH_FAST);
+}
+
+// T not a multiple of the 64-row blocks, T = 1, B > 1, MHA
+static void test_mha_hd64_odd_T(void **state) {
+    (void)state;
+    int Ts[] = {1, 17, 64, 100, 257};
+    for (int i = 0; i < 5; i++) run_shape((Shape){2, Ts[i], 4, 4, 64}, 1, 1);
+}
+static void test_gqa_hd64(void **state) {
+    (void)state;
+    run_shape((Shape){2, 100, 4, 2, 64}, 1, 1);
+    run_shape((Shape){2, 257, 4, 2, 64}, 1, 1);
+    run_shape((Shape){1, 257, 4, 1, 64}, 1, 1);
+    run_shape((Shape){3, 17, 4, 1, 64}, 1, 1);
+}
+static void test_hd128(void **state) {
+    (void)state;
+    run_shape((Shape){2, 100, 4, 4, 128}, 1, 1);
+    run_shape((Shape){1, 257, 4, 2, 128}, 1, 1);
+    run_shape((Shape){2, 1, 4, 1, 128}, 1, 1);
+}
+static void test_hd32(void **state) {
+    (void)state;
+    run_shape((Shape){2, 257, 4, 4, 32}, 1, 1);
+    run_shape((Shape){2, 100, 4, 1, 32}, 1, 1);
+}
+// head dims without a fast kernel: ATTN_PATH_FAST must fall back to the simple kernels and stay correct
+static void test_small_hd_fallback(void **state) {
+    (void)state;
+    run_shape((Shape){2, 33, 4, 2, 16}, 1, 1);
+    run_shape((Shape){1, 70, 2, 1, 8}, 1, 1);
+    run_shape((Shape){1, 65, 4, 4, 48}, 1, 1);
+}
+static void test_large_hd64(void **state) {
+    (void)state;
+    run_shape((Shape){2, 1024, 8, 8, 64}, 1, 1);
+}
+
+int main(void) {
+    const char *env = getenv("SLLM_TEST_SEED");
+    g_seed = env ? strtoull(env, NULL, 10) : ((uint64_t)time(NULL) * 2654435761ull) ^ (uint64_t)getpid();
+    printf("test_attention: seed %llu (repeat with SLLM_TEST_SEED=%llu)\n", (unsigned long long)g_seed,
+           (unsigned long long)g_seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_validate),        cmocka_unit_test(test_mha_hd64_odd_T),
+        cmocka_unit_test(test_gqa_hd64),        cmocka_unit_test(test_hd128),
+        cmocka_unit_test(test_hd32),            cmocka_unit_test(test_small_hd_fallback),
+        cmocka_unit_test(test_large_hd64),
+    };
+    return cmocka_run_group_tests_name("attention", tests, NULL, NULL);
+}

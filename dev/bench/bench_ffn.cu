@@ -1,0 +1,258 @@
+// dev/bench/bench_ffn.cu: TwELL FFN vs dense gated FFN (cuBLASLt), same process, same inputs.
+//
+//   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
+//                   [--reps N] [--variant K] [--variants] [--D 2048] [--F 5632]
+//
+// Columns (ms, medians of --reps timed calls after warm-up, CUDA events, inputs rotated over 3 X sets):
+//   gate    one dense cuBLASLt GEMM [M,D] x [D,F] -> bf16 (the floor of any dense-gate design)
+//   dense   our dense gated FFN (twell/dense_ffn.cuh: 3 GEMMs + relu*mul)
+//   sparse  our TwELL FFN (gate->TwELL, fused up/down, dense fallback for overflow rows)
+//   s.gate / s.updown   the two parts of the sparse path timed alone
+//   auto    the dispatched path (TWELL_PATH_AUTO, history from the warm-up calls)
+//   then sparse/gate, dense/sparse, auto/min(dense, sparse), measured mean nnz and overflow rows.
+// Before timing, the sparse and dense outputs are compared (relative error < 1e-2, else exit 1).
+//
+// Sparsity control: X [M, D] ~ N(0,1) and Wg [F, D] ~ N(0, 1/D) except column 0: Wg[n,0] = 1 and
+// X[m,0] = -sigma_m * z(p_m), sigma_m^2 = sum_{d>=1} X[m,d]^2 / D (the variance over n of the random
+// part of row m), z(p) = sqrt(2) erfcinv(2p): so each gate of row m is positive with probability p_m,
+// independently over n (given x_m): per-row nnz ~ Binomial(F, p_m).
+//   uniform: p_m = nnz / F for every row.
+//   heavy:   position t = m mod 2048 in a 2048-token sequence, weight w_t = 1 + 40 exp(-t/8), p_m =
+//            nnz/F * w_t / mean(w) (capped at 0.95): the first tokens of each sequence fire ~30x more
+//            (about 1000 of 5632 at nnz 29), like real models; the mean stays nnz.
+//   "50%":   p = 0.5 for every row (every tile overflows: the sparse path is all fallback).
+// Wu, WdT ~ N(0, 0.02). All generated on the device (hash RNG), fresh per configuration.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda_common.cuh"
+#include "matmul.cuh"
+#include "twell/ffn.cuh"
+
+__device__ __forceinline__ uint32_t bench_hash(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+    return (uint32_t)x;
+}
+__device__ __forceinline__ float bench_normal(uint64_t seed, uint64_t i) {
+    float u1 = (bench_hash(seed * 0x9E3779B97F4A7C15ull + 2 * i) + 1.0f) * 2.3283064e-10f;
+    float u2 = bench_hash(seed * 0x9E3779B97F4A7C15ull + 2 * i + 1) * 2.3283064e-10f;
+    return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+}
+__global__ void bench_fill_normal(bf16 *p, long long n, float scale, uint64_t seed) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        p[i] = __float2bfloat16_rn(scale * bench_normal(seed, (uint64_t)i));
+}
+__global__ void bench_set_col0(bf16 *W, int rows, int D, float v) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) W[(size_t)r * D] = __float2bfloat16_rn(v);
+}
+// One warp per row: X[m,0] = -sigma_m z(p_m).
+__global__ void bench_set_bias(bf16 *X, int M, int D, int F, float nnz, int heavy) {
+    int m = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (m >= M) return;
+    float s = 0;
+    for (int d = 1 + lane; d < D; d += 32) { float v = __bfloat162float(X[(size_t)m * D + d]); s += v * v; }
+    s = warp_sum(s);
+    float p = nnz / F;
+    if (heavy) {
+        const float mean_w = 1.0f + 40.0f * (1.0f - expf(-2048.0f / 8)) / (1.0f - expf(-1.0f / 8)) / 2048.0f;
+        float w = 1.0f + 40.0f * expf(-(float)(m % 2048) / 8.0f);
+        p = fminf(0.95f, p * w / mean_w);
+    }
+    if (lane == 0) {
+        float z = p >= 1.0f ? -1e4f : (p <= 0.0f ? 1e4f : sqrtf(2.0f) * erfcinvf(2.0f * p));
+        X[(size_t)m * D] = __float2bfloat16_rn(-sqrtf(s / D) * z);
+    }
+}
+// sum (a-b)^2 and sum b^2, plus count of non-finite a.
+__global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *out) {
+    double s0 = 0, s1 = 0, bad = 0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+        if (!isfinite(x)) bad += 1;
+        s0 += (double)(x - y) * (x - y);
+        s1 += (double)y * y;
+    }
+    atomicAdd(&out[0], s0); atomicAdd(&out[1], s1); atomicAdd(&out[2], bad);
+}
+
+typedef struct {
+    int quick, reps, variant, variants, D, F;
+    std::vector<int> Ms;
+    std::vector<double> nnzs;  // < 0 means 50%
+    int pat_uniform, pat_heavy;
+} Opts;
+
+static std::vector<double> parse_list(const char *s) {
+    std::vector<double> v;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (strchr(t, '%')) v.push_back(-atof(t) / 100.0);  // "50%" -> -0.5
+        else v.push_back(atof(t));
+    }
+    return v;
+}
+
+static float median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+int main(int argc, char **argv) {
+    Opts o;
+    o.quick = 0; o.reps = 10; o.variant = 0; o.variants = 0; o.D = 2048; o.F = 5632;
+    o.Ms = {16384, 65536, 131072};
+    o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
+    o.pat_uniform = 1; o.pat_heavy = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--quick")) { o.quick = 1; o.Ms = {65536}; o.nnzs = {8, 29, 64, 128, 256}; o.pat_heavy = 1; o.reps = 5; }
+        else if (!strcmp(a, "--M") && v) { o.Ms.clear(); for (double x : parse_list(v)) o.Ms.push_back((int)x); i++; }
+        else if (!strcmp(a, "--nnz") && v) { o.nnzs = parse_list(v); i++; }
+        else if (!strcmp(a, "--pattern") && v) {
+            o.pat_uniform = !strcmp(v, "uniform") || !strcmp(v, "both");
+            o.pat_heavy = !strcmp(v, "heavy") || !strcmp(v, "both");
+            i++;
+        } else if (!strcmp(a, "--reps") && v) { o.reps = atoi(v); i++; }
+        else if (!strcmp(a, "--variant") && v) { o.variant = atoi(v); i++; }
+        else if (!strcmp(a, "--variants")) { o.variants = 1; }
+        else if (!strcmp(a, "--D") && v) { o.D = atoi(v); i++; }
+        else if (!strcmp(a, "--F") && v) { o.F = atoi(v); i++; }
+        else { fprintf(stderr, "error: bench_ffn: unknown or incomplete option '%s' (see the header of dev/bench/bench_ffn.cu)\n", a); return 1; }
+    }
+    if (!cuda_device_available()) { fprintf(stderr, "error: bench_ffn: no CUDA device\n"); return 1; }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("bench_ffn: %s, %d SMs, L2 %d MB; D=%d F=%d C=8 reps=%d updown variant %s\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, o.D, o.F, o.reps, twell_updown_variant_name(o.variant));
+    const int D = o.D, F = o.F, NSETS = 3;
+    int maxM = 0;
+    for (int m : o.Ms) maxM = std::max(maxM, m);
+
+    MatmulContext mm;
+    matmul_context_init(&mm);
+    bf16 *X[NSETS], *Wg, *Wu, *WdT, *Y, *Yd, *Gs;
+    for (int s = 0; s < NSETS; s++) cudaCheck(cudaMalloc(&X[s], sizeof(bf16) * (size_t)maxM * D));
+    cudaCheck(cudaMalloc(&Wg, sizeof(bf16) * (size_t)F * D));
+    cudaCheck(cudaMalloc(&Wu, sizeof(bf16) * (size_t)F * D));
+    cudaCheck(cudaMalloc(&WdT, sizeof(bf16) * (size_t)F * D));
+    cudaCheck(cudaMalloc(&Y, sizeof(bf16) * (size_t)maxM * D));
+    cudaCheck(cudaMalloc(&Yd, sizeof(bf16) * (size_t)maxM * D));
+    cudaCheck(cudaMalloc(&Gs, sizeof(bf16) * (size_t)maxM * F));
+    double *dsum;
+    cudaCheck(cudaMalloc(&dsum, 3 * sizeof(double)));
+    TwellFFNWorkspace ws;
+    if (twell_ffn_workspace_create(&ws, maxM, D, F, 8, 1) != TWELL_OK) return 1;
+    ws.updown_variant = o.variant;
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    uint64_t seed = 1234;
+
+    printf("\n%-7s %-7s %-6s | %8s %8s %8s %8s %8s %8s | %8s %8s %8s | %7s %6s %s\n", "M", "pattern", "nnz", "gate",
+           "dense", "sparse", "s.gate", "s.updown", "auto", "sp/gate", "dn/sp", "auto/min", "meannz", "ovf", "auto-path");
+    int failures = 0;
+    struct Row { int M, heavy; double nnz, dense, sparse; };
+    std::vector<Row> rows;
+    for (int M : o.Ms)
+        for (int heavy = 0; heavy <= 1; heavy++) {
+            if ((heavy && !o.pat_heavy) || (!heavy && !o.pat_uniform)) continue;
+            for (double nz : o.nnzs) {
+                if (nz < 0 && heavy) continue;  // 50% is one pattern
+                const double target = nz < 0 ? -nz * F : nz;
+                // fresh inputs
+                seed++;
+                for (int s = 0; s < NSETS; s++) {
+                    bench_fill_normal<<<1024, 256>>>(X[s], (long long)M * D, 1.0f, seed * 16 + s);
+                    bench_set_bias<<<CEIL_DIV(M, 8), 256>>>(X[s], M, D, F, (float)target, heavy);
+                }
+                bench_fill_normal<<<1024, 256>>>(Wg, (long long)F * D, 1.0f / sqrtf((float)D), seed * 16 + 5);
+                bench_set_col0<<<CEIL_DIV(F, 256), 256>>>(Wg, F, D, 1.0f);
+                bench_fill_normal<<<1024, 256>>>(Wu, (long long)F * D, 0.02f, seed * 16 + 6);
+                bench_fill_normal<<<1024, 256>>>(WdT, (long long)F * D, 0.02f, seed * 16 + 7);
+                cudaCheckLaunch();
+                cudaCheck(cudaDeviceSynchronize());
+
+                // correctness: sparse vs dense on set 0
+                TwellFFNResult rs, rd;
+                cudaCheck(cudaMemset(Y, 0xFF, sizeof(bf16) * (size_t)M * D));
+                if (twell_ffn_forward(&mm, &ws, X[0], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, &rs, 0)) return 1;
+                if (twell_ffn_forward(&mm, &ws, X[0], Wg, Wu, WdT, Yd, M, TWELL_PATH_DENSE, -1, &rd, 0)) return 1;
+                cudaCheck(cudaMemset(dsum, 0, 3 * sizeof(double)));
+                bench_diff<<<512, 256>>>(Y, Yd, (long long)M * D, dsum);
+                double hs[3];
+                cudaCheck(cudaMemcpy(hs, dsum, sizeof hs, cudaMemcpyDeviceToHost));
+                double rel = sqrt(hs[0] / (hs[1] > 0 ? hs[1] : 1));
+                if (!(rel < 1e-2) || hs[2] != 0) {
+                    printf("CORRECTNESS FAILURE: M=%d %s nnz %g: sparse vs dense rel err %.3e, non-finite %g\n", M,
+                           heavy ? "heavy" : "uniform", target, rel, hs[2]);
+                    failures++;
+                }
+
+                auto timeit = [&](auto fn) {
+                    for (int w = 0; w < 2; w++) fn(w % NSETS);
+                    std::vector<float> t;
+                    for (int r = 0; r < o.reps; r++) {
+                        cudaCheck(cudaEventRecord(e0, 0));
+                        fn(r % NSETS);
+                        cudaCheck(cudaEventRecord(e1, 0));
+                        cudaCheck(cudaEventSynchronize(e1));
+                        float ms;
+                        cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+                        t.push_back(ms);
+                    }
+                    return median(t);
+                };
+                float t_gate = timeit([&](int s) { matmul(&mm, Gs, 0, X[s], 0, Wg, 1, M, F, D, 1.0f, 0.0f, 0); });
+                float t_dense = timeit([&](int s) {
+                    twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Yd, M, TWELL_PATH_DENSE, -1, NULL, 0); });
+                float t_sparse = timeit([&](int s) {
+                    twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0); });
+                float t_sgate = timeit([&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); });
+                twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);
+                float t_updown = timeit([&](int s) {
+                    twell_updown_launch(ws.updown_variant, 1, ws.tw, X[0], Wu, WdT, Y, M, D, F, 8, 0); });
+                TwellFFNResult ra = {0, -1, -1};
+                float t_auto = timeit([&](int s) {
+                    twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_AUTO, -1, &ra, 0); });
+                char nzs[16];
+                if (nz < 0) snprintf(nzs, sizeof nzs, "%g%%", -nz * 100); else snprintf(nzs, sizeof nzs, "%g", nz);
+                printf("%-7d %-7s %-6s | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.2f %8.2f %8.3f | %7.1f %6d %s\n", M,
+                       heavy ? "heavy" : "uniform", nzs, t_gate, t_dense, t_sparse, t_sgate, t_updown, t_auto,
+                       t_sparse / t_gate, t_dense / t_sparse, t_auto / std::min(t_dense, t_sparse), rs.mean_nnz,
+                       rs.n_overflow, ra.path == TWELL_PATH_SPARSE ? "sparse" : "dense");
+                fflush(stdout);
+                rows.push_back({M, heavy, rs.mean_nnz, t_dense, t_sparse});
+                if (o.variants) {
+                    for (int v = 1; v < TWELL_UPDOWN_NUM_VARIANTS; v++) {
+                        float tv = timeit([&](int s) {
+                            twell_updown_launch(v, 1, ws.tw, X[0], Wu, WdT, Y, M, D, F, 8, 0); });
+                        printf("        updown variant %-10s %8.3f ms\n", twell_updown_variant_name(v), tv);
+                    }
+                }
+            }
+        }
+    // Crossover: interpolate the mean nnz where sparse time = dense time (per M and pattern).
+    printf("\ncrossover (sparse = dense), mean nnz per token; the dispatch threshold is sparse_max_nnz = %.0f:\n",
+           ws.sparse_max_nnz);
+    for (size_t i = 1; i < rows.size(); i++) {
+        const Row &a = rows[i - 1], &b = rows[i];
+        if (a.M != b.M || a.heavy != b.heavy) continue;
+        double da = a.sparse - a.dense, db = b.sparse - b.dense;
+        if (da <= 0 && db > 0) {
+            double x = a.nnz + (b.nnz - a.nnz) * (-da) / (db - da);
+            printf("  M=%d %s: crossover at about %.0f non-zeros per token\n", a.M, a.heavy ? "heavy" : "uniform", x);
+        }
+    }
+    twell_ffn_workspace_free(&ws);
+    matmul_context_free(&mm);
+    if (failures) { printf("bench_ffn: %d correctness failures\n", failures); return 1; }
+    return 0;
+}

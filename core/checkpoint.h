@@ -32,7 +32,7 @@ extern "C" {
 
 typedef struct {
     char dir[CKPT_PATH_MAX];  // final checkpoint directory
-    char tmp[CKPT_PATH_MAX];  // temp directory being written
+    char tmp[CKPT_PATH_MAX + 32];  // temp directory being written ("<dir>.tmp-<pid>")
     int active;               // 1 between begin and commit/abort
 } CkptWriter;
 

@@ -1,0 +1,121 @@
+// core/ffn.cuh: the element-wise part of the ReLU FFN (dense path), forward with sparsity statistics and
+// backward with the L1 gradient folded in. The GEMMs around it run through cuBLASLt (core/matmul.cuh).
+//
+//   gated:      gu [2, N, F] bf16 = (g = x Wg^T, u = x Wu^T);  h [N, F] bf16 = relu(g) * u
+//   non-gated:  gu [1, N, F] bf16 = (u = x Wu^T);              h = relu(u)
+//   N = tokens (B*T), F = d_ff, F % 8 == 0.
+//
+// Statistics (forward, optional, all on the device, no host sync; deterministic):
+//   l1_part [FFN_STAT_BLOCKS] fp32  l1_part[b] += sum over block b's elements of |h| (h in fp32 before
+//                                   rounding); the grid is always FFN_STAT_BLOCKS blocks so the split is fixed.
+//   nnz     [1] u64                 += number of (token, unit) pairs with gate > 0 (non-gated: u > 0)
+//   fired   [F] u8                  fired[f] = 1 if unit f was > 0 for some token
+//
+// Backward: dh [N, F] bf16 (= dy Wd), loss = CE + lambda * mean_layers(mean_tokens(sum_F |h|)), so
+//   d|h|/dh = sign(h) and the L1 gradient per element is l1_coef * sign(h), l1_coef = lambda / (L * N_total)
+//   (N_total = tokens of the whole optimizer step).   dht = dh + l1_coef * sign(h)
+//   gated:      dg = (g > 0) ? dht * u : 0;  du = (g > 0) ? dht * g : 0     (sign(h) = (g > 0) * sign(u))
+//   non-gated:  du = (u > 0) ? dht : 0                                       (sign(h) = (u > 0))
+//   dgu may alias gu (each element is read before it is written by the same thread).
+#ifndef SLLM_FFN_CUH
+#define SLLM_FFN_CUH
+
+#include <stdint.h>
+
+#include "kernel_utils.cuh"
+
+#define FFN_STAT_BLOCKS 1024
+#define FFN_THREADS 256
+
+template <int GATED>
+__global__ void ffn_forward_kernel(bf16 *h, const bf16 *gu, size_t n, int F, float *l1_part,
+                                   unsigned long long *nnz, uint8_t *fired) {
+    const bf16 *g = gu;
+    const bf16 *u = GATED ? gu + n : gu;
+    float l1 = 0.0f;
+    unsigned cnt = 0;
+    size_t stride = (size_t)gridDim.x * blockDim.x * 8;
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i < n; i += stride) {
+        float gv[8], uv[8], hv[8];
+        load8_bf16(g + i, gv);
+        if (GATED) load8_bf16(u + i, uv);
+        int col = (int)(i % F);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            bool on = gv[j] > 0.0f;
+            hv[j] = GATED ? (on ? gv[j] * uv[j] : 0.0f) : (on ? gv[j] : 0.0f);
+            if (l1_part) {
+                l1 += fabsf(hv[j]);
+                cnt += on;
+                if (on && !fired[col + j]) fired[col + j] = 1;
+            }
+        }
+        store8_bf16(h + i, hv);
+    }
+    if (l1_part) {
+        __shared__ float sh[32];
+        __shared__ unsigned shc[32];
+        float bl1 = block_sum(l1, sh);
+        unsigned c = __reduce_add_sync(0xffffffffu, cnt);
+        int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        if (lane == 0) shc[warp] = c;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long tot = 0;
+            for (int w = 0; w < (int)(blockDim.x >> 5); w++) tot += shc[w];
+            l1_part[blockIdx.x] += bl1;
+            if (tot) atomicAdd(nnz, tot);
+        }
+    }
+}
+
+// h = relu(g) * u (or relu(u)); statistics when l1_part != NULL (then nnz and fired must be set too).
+static inline void ffn_forward(bf16 *h, const bf16 *gu, int N, int F, int gated, float *l1_part,
+                               unsigned long long *nnz, uint8_t *fired, cudaStream_t stream) {
+    if (F % 8) SLLM_FATAL("ffn_forward: d_ff=%d must be a multiple of 8", F);
+    if (l1_part && (!nnz || !fired)) SLLM_FATAL("ffn_forward: statistics need l1_part, nnz and fired together");
+    size_t n = (size_t)N * F;
+    unsigned grid = FFN_STAT_BLOCKS;
+    if (!l1_part) grid = (unsigned)(ceil_div_sz(n / 8, FFN_THREADS) < 65535 ? ceil_div_sz(n / 8, FFN_THREADS) : 65535);
+    if (grid == 0) grid = 1;
+    if (gated) ffn_forward_kernel<1><<<grid, FFN_THREADS, 0, stream>>>(h, gu, n, F, l1_part, nnz, fired);
+    else ffn_forward_kernel<0><<<grid, FFN_THREADS, 0, stream>>>(h, gu, n, F, l1_part, nnz, fired);
+    cudaCheckLaunch();
+}
+
+template <int GATED>
+__global__ void ffn_backward_kernel(bf16 *dgu, const bf16 *dh, const bf16 *gu, size_t n, float l1_coef) {
+    size_t stride = (size_t)gridDim.x * blockDim.x * 8;
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i < n; i += stride) {
+        float gv[8], uv[8], d[8], dg[8], du[8];
+        load8_bf16(gu + i, gv);
+        if (GATED) load8_bf16(gu + n + i, uv);
+        load8_bf16(dh + i, d);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            bool on = gv[j] > 0.0f;
+            if (GATED) {
+                float s = on ? (uv[j] > 0.0f ? 1.0f : (uv[j] < 0.0f ? -1.0f : 0.0f)) : 0.0f;
+                float dt = d[j] + l1_coef * s;
+                dg[j] = on ? dt * uv[j] : 0.0f;
+                du[j] = on ? dt * gv[j] : 0.0f;
+            } else {
+                dg[j] = on ? d[j] + l1_coef : 0.0f;
+            }
+        }
+        store8_bf16(dgu + i, dg);
+        if (GATED) store8_bf16(dgu + n + i, du);
+    }
+}
+static inline void ffn_backward(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, int gated, float l1_coef,
+                                cudaStream_t stream) {
+    if (F % 8) SLLM_FATAL("ffn_backward: d_ff=%d must be a multiple of 8", F);
+    size_t n = (size_t)N * F;
+    size_t blocks = ceil_div_sz(n / 8, FFN_THREADS);
+    unsigned grid = (unsigned)(blocks < 65535 ? (blocks ? blocks : 1) : 65535);
+    if (gated) ffn_backward_kernel<1><<<grid, FFN_THREADS, 0, stream>>>(dgu, dh, gu, n, l1_coef);
+    else ffn_backward_kernel<0><<<grid, FFN_THREADS, 0, stream>>>(dgu, dh, gu, n, l1_coef);
+    cudaCheckLaunch();
+}
+
+#endif  // SLLM_FFN_CUH

@@ -1,0 +1,557 @@
+// core/model.cuh: the Llama-style ReLU-FFN model on the GPU (dense FFN path): allocation, forward,
+// backward, gradient norm and AdamW. Shared by train_gpt_relu.cu and the GPU tests (and later infer.cu).
+//
+// Memory: ONE cudaMalloc each for the bf16 parameters, the fp32 gradients, the optimizer state
+// (fp32 master | m | v) and the activations (a table of named buffers, llm.c style; printed at start-up).
+// Parameters use the flat layout of core/config.h (per-layer tensors stacked [L, rows, cols]).
+//
+// Activations (N = B*T tokens of the allocated micro-batch, Q = H*hd, KV = KVH*hd, G = gated ? 2 : 1):
+//   res      [L+1, N, D] bf16  residual stream entering layer l; res[L] = input of the final norm
+//   res_mid  [L, N, D]         residual after the attention block of layer l
+//   ln1, ln2 [L, N, D]         normed inputs of attention / FFN ([1, N, D] with recompute >= 2)
+//   rstd1/2  [L, N] fp32, rstdf [N] fp32, lnf [N, D]
+//   qkv      [L, N*(Q+2KV)]    per layer: q [N, Q] then k [N, KV] then v [N, KV]; q, k after RoPE
+//   att      [L, N, Q], lse [L, B, H, T] fp32
+//   gu       [L, G, N, F]      gate and up pre-activations (overwritten by their gradients in backward)
+//   h        [L, N, F]         hidden ([1, N, F] with recompute >= 1: recomputed from gu in backward)
+//   scratch: y [N, D], dres [N, D], dln [N, D], dh [N, F], datt [N, Q], dqkv [N, Q+2KV], logits
+//            [chunk, V] (bf16, dlogits in place), losses [N] fp32, attention and norm scratch.
+//
+// Loss = CE + lambda * mean_l(mean_tokens(sum_F |h_l|)). With gradient accumulation over A micro-steps
+// of N tokens each, the forward is called with dloss = 1/(A*N) and the backward with
+// l1_coef = lambda/(L*A*N), so the accumulated gradient is that of the mean over the whole step.
+// All statistics stay on the device until model_read_step (one sync per optimizer step).
+#ifndef SLLM_MODEL_CUH
+#define SLLM_MODEL_CUH
+
+#include <stdint.h>
+
+#include "adamw.cuh"
+#include "attention.cuh"
+#include "classifier.cuh"
+#include "config.h"
+#include "embedding.cuh"
+#include "ffn.cuh"
+#include "global_norm.cuh"
+#include "kernel_utils.cuh"
+#include "matmul.cuh"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
+
+typedef enum {
+    MODEL_EVAL = 0,    // loss only (targets required)
+    MODEL_TRAIN = 1,   // loss, dlogits and the classifier backward; sparsity statistics
+    MODEL_LOGITS = 2,  // keep the bf16 logits of all N rows in m->logits (N <= m->chunk); loss if targets
+} ModelMode;
+
+enum { SC_CE = 0, SC_NORM = 1, SC_COUNT = 8 };
+
+typedef struct {
+    ModelConfig cfg;
+    ParamLayout lay;
+    int B, T, N;       // allocated micro-batch (N = B*T)
+    int recompute;     // 0: store all; 1: recompute h; 2: also recompute ln1/ln2
+    int chunk;         // classifier rows per chunk
+    int Q, KV, G;      // H*hd, KVH*hd, gated ? 2 : 1
+    // parameters / gradients / optimizer
+    bf16 *params;      // [total] bf16 working weights
+    float *grads;      // [total] fp32
+    float *opt;        // [3*total] master | m | v (NULL without optimizer)
+    float *master, *m, *v;
+    // activations
+    void *act_mem;
+    size_t act_bytes;
+    bf16 *res, *res_mid, *ln1, *ln2, *lnf, *qkv, *att, *gu, *h;
+    float *rstd1, *rstd2, *rstdf, *lse;
+    bf16 *y, *dres, *dln, *dh, *datt, *dqkv, *logits;
+    float *losses, *attn_scratch, *norm_scratch, *gn_scratch, *rope;
+    int *tokens, *targets, *buckets;
+    float *l1_part;            // [L, FFN_STAT_BLOCKS]
+    unsigned long long *nnz;   // [L]
+    uint8_t *fired;            // [L, F]
+    float *scalars;            // [SC_COUNT]
+    // host side
+    int *h_stage;              // pinned: tokens [N], targets [N], buckets [3N+2]
+    uint64_t *h_pairs;         // [N]
+    int num_distinct;
+    int has_targets;
+    cudaEvent_t stage_free;
+    uint64_t stat_tokens;      // tokens counted into nnz/fired since the last reset
+    int cur_B, cur_T;          // shape of the last forward
+    MatmulContext mm;
+    cudaStream_t stream;
+    size_t param_bytes, grad_bytes, opt_bytes;
+} Model;
+
+// ---- parameter pointers --------------------------------------------------------------------------
+static inline size_t model_slice(const Model *m, ParamKind k, int l) {
+    const ParamTensor *t = &m->lay.t[k];
+    return t->offset + (t->per_layer ? (size_t)l * t->rows * t->cols : 0);
+}
+static inline bf16 *model_w(const Model *m, ParamKind k, int l) { return m->params + model_slice(m, k, l); }
+static inline float *model_g(const Model *m, ParamKind k, int l) { return m->grads + model_slice(m, k, l); }
+
+// ---- random init on the device (fast for the big presets; deterministic for a seed) ---------------
+__device__ __forceinline__ uint64_t model_mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+// out[i] = std * normal(hash(seed, i)) (Box-Muller on two 53-bit uniforms), or `fill` when std == 0.
+__global__ void model_init_kernel(float *out, size_t n, uint64_t seed, float stdv, float fill) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (stdv == 0.0f) { out[i] = fill; return; }
+    uint64_t a = model_mix64(seed ^ model_mix64(2 * i)), b = model_mix64(seed ^ model_mix64(2 * i + 1));
+    double u1 = ((a >> 11) + 1) * 0x1.0p-53, u2 = (b >> 11) * 0x1.0p-53;
+    out[i] = (float)(stdv * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+// ---- allocation ----------------------------------------------------------------------------------
+typedef struct { const char *name; void **ptr; size_t bytes; } ActSpec;
+
+static inline void model_print_bytes(FILE *f, const char *what, size_t b) {
+    fprintf(f, "  %-28s %10.1f MiB\n", what, b / 1048576.0);
+}
+
+// Creates the model for micro-batches of up to B x T tokens. with_optimizer: allocate master/m/v.
+// verbose: print the memory table to stdout. Parameters are left uninitialised (model_set_params or
+// model_init_random).
+static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, int recompute, int with_optimizer,
+                                int verbose) {
+    char err[256];
+    memset(m, 0, sizeof *m);
+    if (config_validate(cfg, err, sizeof err) != 0) SLLM_FATAL("model_create: invalid config: %s", err);
+    if (cfg->d_model % 8 || cfg->d_ff % 8 || (cfg->n_head * cfg->head_dim) % 8 || (cfg->n_kv_head * cfg->head_dim) % 8)
+        SLLM_FATAL("model_create: d_model (%d), d_ff (%d), n_head*head_dim and n_kv_head*head_dim must be multiples "
+                   "of 8 (16-byte vector accesses)", cfg->d_model, cfg->d_ff);
+    if (attention_validate(B, T, cfg->n_head, cfg->n_kv_head, cfg->head_dim, err, sizeof err) != 0)
+        SLLM_FATAL("model_create: %s", err);
+    if (recompute < 0 || recompute > 2) SLLM_FATAL("model_create: recompute must be 0, 1 or 2 (got %d)", recompute);
+    if (B < 1 || T < 1) SLLM_FATAL("model_create: B=%d and T=%d must be >= 1", B, T);
+    m->cfg = *cfg;
+    config_param_layout(cfg, &m->lay);
+    m->B = B; m->T = T; m->N = B * T; m->recompute = recompute;
+    m->Q = cfg->n_head * cfg->head_dim; m->KV = cfg->n_kv_head * cfg->head_dim; m->G = cfg->gated ? 2 : 1;
+    const size_t N = m->N, D = cfg->d_model, L = cfg->n_layer, F = cfg->d_ff, V = cfg->vocab_size;
+    const size_t Q = m->Q, KV = m->KV, G = m->G, H = cfg->n_head;
+    size_t chunk = (256u << 20) / (2 * V);
+    if (chunk < (size_t)T) chunk = T;
+    if (chunk > N) chunk = N;
+    m->chunk = (int)chunk;
+
+    cudaCheck(cudaStreamCreate(&m->stream));
+    matmul_context_init(&m->mm);
+    cudaCheck(cudaEventCreateWithFlags(&m->stage_free, cudaEventDisableTiming));
+
+    const size_t total = m->lay.total;
+    m->param_bytes = total * sizeof(bf16);
+    m->grad_bytes = total * sizeof(float);
+    cudaCheck(cudaMalloc((void **)&m->params, m->param_bytes));
+    cudaCheck(cudaMalloc((void **)&m->grads, m->grad_bytes));
+    cudaCheck(cudaMemset(m->grads, 0, m->grad_bytes));
+    if (with_optimizer) {
+        m->opt_bytes = 3 * total * sizeof(float);
+        cudaCheck(cudaMalloc((void **)&m->opt, m->opt_bytes));
+        cudaCheck(cudaMemset(m->opt, 0, m->opt_bytes));
+        m->master = m->opt; m->m = m->opt + total; m->v = m->opt + 2 * total;
+    }
+    size_t Lln = recompute >= 2 ? 1 : L, Lh = recompute >= 1 ? 1 : L;
+    int Trope = T > cfg->max_seq ? T : cfg->max_seq;
+    ActSpec spec[] = {
+        {"res [L+1,N,D]", (void **)&m->res, (L + 1) * N * D * 2},
+        {"res_mid [L,N,D]", (void **)&m->res_mid, L * N * D * 2},
+        {"ln1 [L,N,D]", (void **)&m->ln1, Lln * N * D * 2},
+        {"ln2 [L,N,D]", (void **)&m->ln2, Lln * N * D * 2},
+        {"rstd1 [L,N]", (void **)&m->rstd1, L * N * 4},
+        {"rstd2 [L,N]", (void **)&m->rstd2, L * N * 4},
+        {"lnf [N,D]", (void **)&m->lnf, N * D * 2},
+        {"rstdf [N]", (void **)&m->rstdf, N * 4},
+        {"qkv [L,N,Q+2KV]", (void **)&m->qkv, L * N * (Q + 2 * KV) * 2},
+        {"att [L,N,Q]", (void **)&m->att, L * N * Q * 2},
+        {"lse [L,B,H,T]", (void **)&m->lse, L * N * H * 4},
+        {"gu [L,G,N,F]", (void **)&m->gu, L * G * N * F * 2},
+        {"h [L,N,F]", (void **)&m->h, Lh * N * F * 2},
+        {"y [N,D]", (void **)&m->y, N * D * 2},
+        {"dres [N,D]", (void **)&m->dres, N * D * 2},
+        {"dln [N,D]", (void **)&m->dln, N * D * 2},
+        {"dh [N,F]", (void **)&m->dh, N * F * 2},
+        {"datt [N,Q]", (void **)&m->datt, N * Q * 2},
+        {"dqkv [N,Q+2KV]", (void **)&m->dqkv, N * (Q + 2 * KV) * 2},
+        {"logits [chunk,V]", (void **)&m->logits, chunk * V * 2},
+        {"losses [N]", (void **)&m->losses, N * 4},
+        {"attention scratch", (void **)&m->attn_scratch,
+         attention_backward_scratch_bytes(B, T, cfg->n_head, cfg->n_kv_head, cfg->head_dim)},
+        {"norm scratch", (void **)&m->norm_scratch, rmsnorm_backward_scratch_floats(D) * 4},
+        {"grad-norm scratch", (void **)&m->gn_scratch, GLOBAL_NORM_BLOCKS * 4},
+        {"rope table", (void **)&m->rope, (size_t)Trope * cfg->head_dim * 4},
+        {"tokens/targets/buckets", (void **)&m->tokens, (5 * N + 2) * 4},
+        {"l1 partials [L,blocks]", (void **)&m->l1_part, L * FFN_STAT_BLOCKS * 4},
+        {"nnz [L]", (void **)&m->nnz, L * 8},
+        {"fired [L,F]", (void **)&m->fired, L * F},
+        {"scalars", (void **)&m->scalars, SC_COUNT * 4},
+    };
+    int nspec = (int)(sizeof spec / sizeof spec[0]);
+    size_t off = 0;
+    for (int i = 0; i < nspec; i++) off += (spec[i].bytes + 255) & ~(size_t)255;
+    m->act_bytes = off;
+    cudaError_t e = cudaMalloc(&m->act_mem, m->act_bytes);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        SLLM_FATAL("model_create: cannot allocate %.1f MiB of activations (%s); free %.1f of %.1f MiB.\n"
+                   "  hint: lower --batch, or use --recompute 1 or 2", m->act_bytes / 1048576.0,
+                   cudaGetErrorString(e), fr / 1048576.0, tot / 1048576.0);
+    }
+    cudaCheck(cudaMemset(m->act_mem, 0, m->act_bytes));
+    off = 0;
+    for (int i = 0; i < nspec; i++) {
+        *spec[i].ptr = (char *)m->act_mem + off;
+        off += (spec[i].bytes + 255) & ~(size_t)255;
+    }
+    m->targets = m->tokens + N;
+    m->buckets = m->tokens + 2 * N;
+    // RoPE table
+    float *tab = (float *)sllm_malloc((size_t)Trope * cfg->head_dim * 4);
+    rope_build_table(tab, Trope, cfg->head_dim, cfg->rope_theta);
+    cudaCheck(cudaMemcpy(m->rope, tab, (size_t)Trope * cfg->head_dim * 4, cudaMemcpyHostToDevice));
+    free(tab);
+    cudaCheck(cudaMallocHost((void **)&m->h_stage, (5 * N + 2) * sizeof(int)));
+    m->h_pairs = (uint64_t *)sllm_malloc(N * sizeof(uint64_t));
+    cudaCheck(cudaEventRecord(m->stage_free, m->stream));
+    if (verbose) {
+        printf("memory (device):\n");
+        model_print_bytes(stdout, "parameters (bf16)", m->param_bytes);
+        model_print_bytes(stdout, "gradients (fp32)", m->grad_bytes);
+        model_print_bytes(stdout, "optimizer master+m+v (fp32)", m->opt_bytes);
+        printf("  activations, B=%d T=%d recompute=%d:\n", B, T, recompute);
+        for (int i = 0; i < nspec; i++)
+            if (spec[i].bytes >= (1u << 20)) printf("    %-26s %10.1f MiB\n", spec[i].name, spec[i].bytes / 1048576.0);
+        model_print_bytes(stdout, "activations total", m->act_bytes);
+        model_print_bytes(stdout, "total", m->param_bytes + m->grad_bytes + m->opt_bytes + m->act_bytes);
+        printf("  memory per sequence (activations): %.1f MiB\n", m->act_bytes / 1048576.0 / B);
+    }
+}
+
+static inline void model_free(Model *m) {
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaFree(m->params));
+    cudaCheck(cudaFree(m->grads));
+    if (m->opt) cudaCheck(cudaFree(m->opt));
+    cudaCheck(cudaFree(m->act_mem));
+    cudaCheck(cudaFreeHost(m->h_stage));
+    free(m->h_pairs);
+    cudaCheck(cudaEventDestroy(m->stage_free));
+    matmul_context_free(&m->mm);
+    cudaCheck(cudaStreamDestroy(m->stream));
+    memset(m, 0, sizeof *m);
+}
+
+// ---- parameters and optimizer state in and out ----------------------------------------------------
+// Host fp32 flat buffer -> master (if any) and bf16 working weights (round to nearest even).
+static inline void model_set_params(Model *m, const float *host) {
+    size_t n = m->lay.total;
+    float *tmp = m->master;
+    if (!tmp) cudaCheck(cudaMalloc((void **)&tmp, n * 4));
+    cudaCheck(cudaMemcpy(tmp, host, n * 4, cudaMemcpyHostToDevice));
+    f32_to_bf16(m->params, tmp, n, m->stream);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    if (!m->master) cudaCheck(cudaFree(tmp));
+}
+// Device init: matrices and embedding ~ N(0, 0.02) (hash of seed, tensor, index), norm gains = 1.
+static inline void model_init_random(Model *m, uint64_t seed) {
+    size_t n = m->lay.total;
+    float *dst = m->master;
+    if (!dst) cudaCheck(cudaMalloc((void **)&dst, n * 4));
+    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+        const ParamTensor *t = &m->lay.t[k];
+        if (t->numel == 0) continue;
+        model_init_kernel<<<(unsigned)ceil_div_sz(t->numel, 256), 256, 0, m->stream>>>(
+            dst + t->offset, t->numel, seed * 0x100000001b3ull + (uint64_t)k, t->is_norm ? 0.0f : 0.02f, 1.0f);
+        cudaCheckLaunch();
+    }
+    f32_to_bf16(m->params, dst, n, m->stream);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    if (!m->master) cudaCheck(cudaFree(dst));
+}
+// Current parameters as fp32 (master weights when present, else the bf16 working weights).
+static inline void model_get_params(Model *m, float *host) {
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    if (m->master) cudaCheck(cudaMemcpy(host, m->master, m->lay.total * 4, cudaMemcpyDeviceToHost));
+    else download_bf16(host, m->params, m->lay.total);
+}
+static inline void model_get_grads(Model *m, float *host) {
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaMemcpy(host, m->grads, m->lay.total * 4, cudaMemcpyDeviceToHost));
+}
+// AdamW moments in/out (host fp32 [total] each).
+static inline void model_get_opt_state(Model *m, float *mh, float *vh) {
+    if (!m->opt) SLLM_FATAL("model_get_opt_state: model has no optimizer state");
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaMemcpy(mh, m->m, m->lay.total * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(vh, m->v, m->lay.total * 4, cudaMemcpyDeviceToHost));
+}
+static inline void model_set_opt_state(Model *m, const float *mh, const float *vh) {
+    if (!m->opt) SLLM_FATAL("model_set_opt_state: model has no optimizer state");
+    cudaCheck(cudaMemcpy(m->m, mh, m->lay.total * 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->v, vh, m->lay.total * 4, cudaMemcpyHostToDevice));
+}
+
+// ---- step bookkeeping ---------------------------------------------------------------------------
+// Zero gradients, the step's CE accumulator and L1 partial sums (start of an optimizer step).
+static inline void model_zero_grad(Model *m) {
+    cudaCheck(cudaMemsetAsync(m->grads, 0, m->grad_bytes, m->stream));
+    cudaCheck(cudaMemsetAsync(m->l1_part, 0, (size_t)m->cfg.n_layer * FFN_STAT_BLOCKS * 4, m->stream));
+    cudaCheck(cudaMemsetAsync(m->scalars, 0, SC_COUNT * 4, m->stream));
+}
+// Zero the sparsity counters (non-zeros per layer, fired units).
+static inline void model_reset_sparsity(Model *m) {
+    cudaCheck(cudaMemsetAsync(m->nnz, 0, (size_t)m->cfg.n_layer * 8, m->stream));
+    cudaCheck(cudaMemsetAsync(m->fired, 0, (size_t)m->cfg.n_layer * m->cfg.d_ff, m->stream));
+    m->stat_tokens = 0;
+}
+
+// ---- forward --------------------------------------------------------------------------------------
+// inputs/targets: HOST arrays of B*T token ids (targets may be NULL in MODEL_LOGITS mode).
+// dloss: gradient scale of each token's CE (MODEL_TRAIN), 1/(tokens of the whole optimizer step).
+static inline void model_forward(Model *m, const int *inputs, const int *targets, int B, int T, ModelMode mode,
+                                 float dloss) {
+    const ModelConfig *c = &m->cfg;
+    const int N = B * T, D = c->d_model, L = c->n_layer, F = c->d_ff, V = c->vocab_size, H = c->n_head,
+              KVH = c->n_kv_head, hd = c->head_dim, Q = m->Q, KV = m->KV, G = m->G;
+    const size_t NA = m->N;
+    if (B < 1 || T < 1 || T > m->T || (size_t)N > NA)
+        SLLM_FATAL("model_forward: shape B=%d T=%d exceeds the allocated B*T=%d, T<=%d", B, T, m->N, m->T);
+    if (mode == MODEL_LOGITS && N > m->chunk)
+        SLLM_FATAL("model_forward: MODEL_LOGITS needs B*T=%d <= classifier chunk %d", N, m->chunk);
+    if (mode != MODEL_LOGITS && !targets) SLLM_FATAL("model_forward: targets are required in this mode");
+    if (mode == MODEL_TRAIN && (B != m->B || T != m->T))
+        SLLM_FATAL("model_forward: training needs the allocated shape B=%d T=%d (got %d, %d)", m->B, m->T, B, T);
+    for (int i = 0; i < N; i++)
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
+            SLLM_FATAL("model_forward: token %d at position %d (target %d) outside the vocabulary [0, %d)", inputs[i],
+                       i, targets ? targets[i] : 0, V);
+    m->cur_B = B; m->cur_T = T; m->has_targets = targets != NULL;
+    cudaStream_t s = m->stream;
+    // Stage the tokens (and the embedding-gradient buckets) in pinned memory, then copy.
+    cudaCheck(cudaEventSynchronize(m->stage_free));
+    int *st = m->h_stage;
+    memcpy(st, inputs, N * sizeof(int));
+    size_t nints = N;
+    if (targets) { memcpy(st + NA, targets, N * sizeof(int)); }
+    if (mode == MODEL_TRAIN) {
+        int used = embedding_build_buckets(st + 2 * NA, m->h_pairs, inputs, N);
+        m->num_distinct = st[2 * NA];
+        nints = 2 * NA + used;
+    } else if (targets) nints = NA + N;
+    cudaCheck(cudaMemcpyAsync(m->tokens, st, nints * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaEventRecord(m->stage_free, s));
+    const int stats = mode == MODEL_TRAIN;
+    if (stats) m->stat_tokens += N;
+
+    const float eps = c->norm_eps;
+    embedding_forward(m->res, m->tokens, model_w(m, PARAM_EMBED, 0), N, D, s);
+    for (int l = 0; l < L; l++) {
+        bf16 *x = m->res + l * NA * D;
+        bf16 *xm = m->res_mid + l * NA * D;
+        bf16 *ln1 = m->ln1 + (m->recompute >= 2 ? 0 : l) * NA * D;
+        bf16 *ln2 = m->ln2 + (m->recompute >= 2 ? 0 : l) * NA * D;
+        float *rstd1 = m->rstd1 + l * NA, *rstd2 = m->rstd2 + l * NA;
+        bf16 *q = m->qkv + l * NA * (Q + 2 * KV), *k = q + (size_t)N * Q, *v = k + (size_t)N * KV;
+        bf16 *att = m->att + l * NA * Q;
+        float *lse = m->lse + l * NA * H;
+        bf16 *gu = m->gu + l * G * NA * F;
+        bf16 *h = m->h + (m->recompute >= 1 ? 0 : l) * NA * F;
+        if (l == 0) rmsnorm_forward(ln1, rstd1, x, model_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
+        // q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T (one batched GEMM for MHA: the three weights of a layer
+        // are L*Q*D elements apart in the flat buffer)
+        if (Q == KV)
+            matmul_strided_batched(&m->mm, q, 0, (long long)N * Q, ln1, 0, 0, model_w(m, PARAM_WQ, l), 1,
+                                   (long long)L * Q * D, 3, N, Q, D, 1.0f, 0.0f, s);
+        else {
+            matmul(&m->mm, q, 0, ln1, 0, model_w(m, PARAM_WQ, l), 1, N, Q, D, 1.0f, 0.0f, s);
+            matmul(&m->mm, k, 0, ln1, 0, model_w(m, PARAM_WK, l), 1, N, KV, D, 1.0f, 0.0f, s);
+            matmul(&m->mm, v, 0, ln1, 0, model_w(m, PARAM_WV, l), 1, N, KV, D, 1.0f, 0.0f, s);
+        }
+        rope_forward(q, m->rope, N, T, H, hd, s);
+        rope_forward(k, m->rope, N, T, KVH, hd, s);
+        attention_forward(att, lse, q, k, v, B, T, H, KVH, hd, s);
+        matmul(&m->mm, m->y, 0, att, 0, model_w(m, PARAM_WO, l), 1, N, D, Q, 1.0f, 0.0f, s);
+        fused_residual_rmsnorm_forward(xm, ln2, rstd2, x, m->y, model_w(m, PARAM_FFN_NORM, l), N, D, eps, s);
+        // gate and up in ONE strided-batched GEMM (Wg and Wu of a layer are L*F*D elements apart)
+        matmul_strided_batched(&m->mm, gu, 0, (long long)N * F, ln2, 0, 0,
+                               model_w(m, c->gated ? PARAM_WG : PARAM_WU, l), 1, (long long)L * F * D, G, N, F, D,
+                               1.0f, 0.0f, s);
+        ffn_forward(h, gu, N, F, c->gated, stats ? m->l1_part + (size_t)l * FFN_STAT_BLOCKS : NULL,
+                    stats ? m->nnz + l : NULL, stats ? m->fired + (size_t)l * F : NULL, s);
+        matmul(&m->mm, m->y, 0, h, 0, model_w(m, PARAM_WD, l), 1, N, D, F, 1.0f, 0.0f, s);
+        if (l + 1 < L) {
+            bf16 *ln1n = m->ln1 + (m->recompute >= 2 ? 0 : l + 1) * NA * D;
+            fused_residual_rmsnorm_forward(m->res + (l + 1) * NA * D, ln1n, m->rstd1 + (l + 1) * NA, xm, m->y,
+                                           model_w(m, PARAM_ATTN_NORM, l + 1), N, D, eps, s);
+        } else {
+            fused_residual_rmsnorm_forward(m->res + (size_t)L * NA * D, m->lnf, m->rstdf, xm, m->y,
+                                           model_w(m, PARAM_FINAL_NORM, 0), N, D, eps, s);
+        }
+    }
+    // Tied LM head + fused classifier, chunked over tokens.
+    const bf16 *E = model_w(m, PARAM_EMBED, 0);
+    for (int r0 = 0; r0 < N; r0 += m->chunk) {
+        int n = N - r0 < m->chunk ? N - r0 : m->chunk;
+        matmul(&m->mm, m->logits, 0, m->lnf + (size_t)r0 * D, 0, E, 1, n, V, D, 1.0f, 0.0f, s);
+        if (!targets) continue;
+        fused_classifier(m->logits, m->losses + r0, m->targets + r0, n, V, dloss, mode == MODEL_TRAIN, s);
+        if (mode == MODEL_TRAIN) {
+            // dlnf = dlogits E ; dE += dlogits^T lnf
+            matmul(&m->mm, m->dln + (size_t)r0 * D, 0, m->logits, 0, E, 0, n, D, V, 1.0f, 0.0f, s);
+            matmul(&m->mm, model_g(m, PARAM_EMBED, 0), 1, m->logits, 1, m->lnf + (size_t)r0 * D, 0, V, D, n, 1.0f,
+                   1.0f, s);
+        }
+    }
+    if (targets) sum_floats(m->scalars + SC_CE, m->losses, N, 1, s);
+}
+
+// ---- backward -------------------------------------------------------------------------------------
+// After model_forward(MODEL_TRAIN). Accumulates into m->grads. l1_coef = lambda / (L * tokens of the step).
+static inline void model_backward(Model *m, float l1_coef) {
+    const ModelConfig *c = &m->cfg;
+    const int B = m->cur_B, T = m->cur_T, N = B * T, D = c->d_model, L = c->n_layer, F = c->d_ff, H = c->n_head,
+              KVH = c->n_kv_head, hd = c->head_dim, Q = m->Q, KV = m->KV, G = m->G;
+    const size_t NA = m->N;
+    const float eps = c->norm_eps;
+    cudaStream_t s = m->stream;
+    // final norm: dres = d(res[L]) from dlnf (in m->dln)
+    rmsnorm_backward(m->dres, model_g(m, PARAM_FINAL_NORM, 0), m->norm_scratch, m->dln, m->res + (size_t)L * NA * D,
+                     model_w(m, PARAM_FINAL_NORM, 0), m->rstdf, N, D, 0, s);
+    for (int l = L - 1; l >= 0; l--) {
+        bf16 *x = m->res + l * NA * D;
+        bf16 *xm = m->res_mid + l * NA * D;
+        bf16 *ln1 = m->ln1 + (m->recompute >= 2 ? 0 : l) * NA * D;
+        bf16 *ln2 = m->ln2 + (m->recompute >= 2 ? 0 : l) * NA * D;
+        float *rstd1 = m->rstd1 + l * NA, *rstd2 = m->rstd2 + l * NA;
+        bf16 *q = m->qkv + l * NA * (Q + 2 * KV), *k = q + (size_t)N * Q, *v = k + (size_t)N * KV;
+        bf16 *att = m->att + l * NA * Q;
+        float *lse = m->lse + l * NA * H;
+        bf16 *gu = m->gu + l * G * NA * F;
+        bf16 *h = m->h + (m->recompute >= 1 ? 0 : l) * NA * F;
+        // ---- FFN: res_out = xm + h Wd^T
+        if (m->recompute >= 1) ffn_forward(h, gu, N, F, c->gated, NULL, NULL, NULL, s);
+        if (m->recompute >= 2) rmsnorm_forward(ln2, NULL, xm, model_w(m, PARAM_FFN_NORM, l), N, D, eps, s);
+        matmul(&m->mm, model_g(m, PARAM_WD, l), 1, m->dres, 1, h, 0, D, F, N, 1.0f, 1.0f, s);   // dWd += dres^T h
+        matmul(&m->mm, m->dh, 0, m->dres, 0, model_w(m, PARAM_WD, l), 0, N, F, D, 1.0f, 0.0f, s);  // dh = dres Wd
+        ffn_backward(gu, m->dh, gu, N, F, c->gated, l1_coef, s);  // gu <- (dg, du) in place
+        // dWg, dWu += (dg, du)^T ln2  (batched; gradients of a layer are L*F*D apart)
+        matmul_strided_batched(&m->mm, model_g(m, c->gated ? PARAM_WG : PARAM_WU, l), 1, (long long)L * F * D, gu, 1,
+                               (long long)N * F, ln2, 0, 0, G, F, D, N, 1.0f, 1.0f, s);
+        // dln2 = dg Wg + du Wu
+        for (int gi = 0; gi < G; gi++) {
+            ParamKind kind = (c->gated && gi == 0) ? PARAM_WG : PARAM_WU;
+            matmul(&m->mm, m->dln, 0, gu + (size_t)gi * N * F, 0, model_w(m, kind, l), 0, N, D, F, 1.0f,
+                   gi == 0 ? 0.0f : 1.0f, s);
+        }
+        rmsnorm_backward(m->dres, model_g(m, PARAM_FFN_NORM, l), m->norm_scratch, m->dln, xm,
+                         model_w(m, PARAM_FFN_NORM, l), rstd2, N, D, 1, s);
+        // ---- attention: xm = x + att Wo^T
+        matmul(&m->mm, model_g(m, PARAM_WO, l), 1, m->dres, 1, att, 0, D, Q, N, 1.0f, 1.0f, s);  // dWo
+        matmul(&m->mm, m->datt, 0, m->dres, 0, model_w(m, PARAM_WO, l), 0, N, Q, D, 1.0f, 0.0f, s);
+        bf16 *dq = m->dqkv, *dk = dq + (size_t)N * Q, *dv = dk + (size_t)N * KV;
+        attention_backward(dq, dk, dv, m->datt, att, lse, q, k, v, m->attn_scratch, B, T, H, KVH, hd, s);
+        rope_backward(dq, m->rope, N, T, H, hd, s);
+        rope_backward(dk, m->rope, N, T, KVH, hd, s);
+        if (m->recompute >= 2) rmsnorm_forward(ln1, NULL, x, model_w(m, PARAM_ATTN_NORM, l), N, D, eps, s);
+        if (Q == KV)
+            matmul_strided_batched(&m->mm, model_g(m, PARAM_WQ, l), 1, (long long)L * Q * D, dq, 1, (long long)N * Q,
+                                   ln1, 0, 0, 3, Q, D, N, 1.0f, 1.0f, s);
+        else {
+            matmul(&m->mm, model_g(m, PARAM_WQ, l), 1, dq, 1, ln1, 0, Q, D, N, 1.0f, 1.0f, s);
+            matmul(&m->mm, model_g(m, PARAM_WK, l), 1, dk, 1, ln1, 0, KV, D, N, 1.0f, 1.0f, s);
+            matmul(&m->mm, model_g(m, PARAM_WV, l), 1, dv, 1, ln1, 0, KV, D, N, 1.0f, 1.0f, s);
+        }
+        matmul(&m->mm, m->dln, 0, dq, 0, model_w(m, PARAM_WQ, l), 0, N, D, Q, 1.0f, 0.0f, s);
+        matmul(&m->mm, m->dln, 0, dk, 0, model_w(m, PARAM_WK, l), 0, N, D, KV, 1.0f, 1.0f, s);
+        matmul(&m->mm, m->dln, 0, dv, 0, model_w(m, PARAM_WV, l), 0, N, D, KV, 1.0f, 1.0f, s);
+        rmsnorm_backward(m->dres, model_g(m, PARAM_ATTN_NORM, l), m->norm_scratch, m->dln, x,
+                         model_w(m, PARAM_ATTN_NORM, l), rstd1, N, D, 1, s);
+    }
+    embedding_backward(model_g(m, PARAM_EMBED, 0), m->dres, m->buckets, m->num_distinct, D, s);
+}
+
+// ---- update -------------------------------------------------------------------------------------
+// Global gradient norm into scalars[SC_NORM] (device).
+static inline void model_grad_norm(Model *m) {
+    global_norm(m->scalars + SC_NORM, m->gn_scratch, m->grads, m->lay.total, m->stream);
+}
+// AdamW on every tensor; weight decay only where ParamTensor.weight_decay; clipping by the device norm
+// (call model_grad_norm first).
+static inline void model_adamw(Model *m, const AdamWParams *hp) {
+    if (!m->opt) SLLM_FATAL("model_adamw: model was created without optimizer state");
+    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+        const ParamTensor *t = &m->lay.t[k];
+        if (t->numel == 0) continue;
+        size_t o = t->offset;
+        adamw_update(m->params + o, m->master + o, m->m + o, m->v + o, m->grads + o, t->numel, hp,
+                     t->weight_decay ? hp->weight_decay : 0.0f, m->scalars + SC_NORM, m->stream);
+    }
+}
+
+// ---- statistics back to the host (one sync) --------------------------------------------------------
+typedef struct {
+    float ce_sum;        // sum of per-token CE over the step's micro-steps
+    float grad_norm;     // before clipping (valid after model_grad_norm)
+    double l1_layer_sum[64];  // per layer: sum over the step's tokens of sum_F |h| (first 64 layers)
+    double l1_sum_all;   // sum over layers of l1_layer_sum
+} ModelStepStats;
+
+static inline void model_read_step(Model *m, ModelStepStats *out) {
+    const int L = m->cfg.n_layer;
+    float sc[SC_COUNT];
+    float *part = (float *)sllm_malloc((size_t)L * FFN_STAT_BLOCKS * 4);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaMemcpy(sc, m->scalars, sizeof sc, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(part, m->l1_part, (size_t)L * FFN_STAT_BLOCKS * 4, cudaMemcpyDeviceToHost));
+    memset(out, 0, sizeof *out);
+    out->ce_sum = sc[SC_CE];
+    out->grad_norm = sc[SC_NORM];
+    for (int l = 0; l < L; l++) {
+        double s = 0;
+        for (int b = 0; b < FFN_STAT_BLOCKS; b++) s += part[(size_t)l * FFN_STAT_BLOCKS + b];
+        if (l < 64) out->l1_layer_sum[l] = s;
+        out->l1_sum_all += s;
+    }
+    free(part);
+}
+
+// Per layer: mean non-zeros per token and fraction of units that fired, since the last reset.
+static inline void model_read_sparsity(Model *m, double *nnz_per_token, double *frac_alive) {
+    const int L = m->cfg.n_layer, F = m->cfg.d_ff;
+    unsigned long long *nz = (unsigned long long *)sllm_malloc((size_t)L * 8);
+    uint8_t *fired = (uint8_t *)sllm_malloc((size_t)L * F);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaMemcpy(nz, m->nnz, (size_t)L * 8, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(fired, m->fired, (size_t)L * F, cudaMemcpyDeviceToHost));
+    for (int l = 0; l < L; l++) {
+        nnz_per_token[l] = m->stat_tokens ? (double)nz[l] / (double)m->stat_tokens : 0.0;
+        size_t a = 0;
+        for (int f = 0; f < F; f++) a += fired[(size_t)l * F + f] != 0;
+        frac_alive[l] = (double)a / F;
+    }
+    free(nz);
+    free(fired);
+}
+
+// Logits row `row` of the last MODEL_LOGITS forward, as fp32 [V].
+static inline void model_get_logits_row(Model *m, int row, float *out) {
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    download_bf16(out, m->logits + (size_t)row * m->cfg.vocab_size, m->cfg.vocab_size);
+}
+
+// Model FLOPs per token for one training step (forward + backward): 6 * params (the tied LM head counts
+// once, the embedding lookup is free) + causal attention 6 * L * T * H*hd (QK^T and PV, half the T x T).
+static inline double model_flops_per_token(const ModelConfig *c, int T) {
+    ParamLayout lay;
+    config_param_layout(c, &lay);
+    return 6.0 * (double)lay.total + 6.0 * c->n_layer * (double)T * c->n_head * c->head_dim;
+}
+
+#endif  // SLLM_MODEL_CUH

@@ -1,0 +1,502 @@
+// train_gpt_relu.cu: the GPU trainer for Llama-style models with a ReLU-gated FFN and an L1 activation
+// penalty (dense FFN path). Model code lives in core/model.cuh (shared with the tests); this file holds
+// the command line, checkpoints and resume, evaluation, sampling and the training loop.
+//
+//   build/train_gpt_relu --train 'data/x_train_*.bin' --val 'data/x_val_*.bin' --preset small --out run1
+//   build/train_gpt_relu -h          (every option, generated from the option table)
+//
+// Checkpoints: <out>/ckpt_<step 8 digits>/ = model.safetensors (fp32 master weights, HF Llama names) +
+// config.json + optimizer.bin (AdamW m, v) + train_state.bin (step, loader position, RNG, run shape),
+// written atomically (core/checkpoint.h). --resume continues from the newest complete one, bit-exactly.
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "common.h"
+#include "config.h"
+#include "dataloader/loader.h"
+#include "dataloader/tokenizer.h"
+#include "logger.h"
+#include "lr_schedule.h"
+#include "model.cuh"
+#include "rng.h"
+
+// ---------------------------------------------------------------------------------------------------
+// Options
+typedef struct {
+    const char *train, *val, *preset, *init_from, *out, *tokenizer, *schedule;
+    int batch, seq, total_batch, steps, warmup, eval_every, eval_batches, sample_every, sample_tokens, ckpt_every,
+        resume, recompute, vocab, log_stats_every, bench, stop_at, d_model, n_layer, n_head, n_kv_head, head_dim,
+        d_ff, nongated, max_seq, rank, world;
+    float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta;
+    unsigned long long seed;
+} Options;
+
+static void options_defaults(Options *o) {
+    memset(o, 0, sizeof *o);
+    o->preset = "tiny";
+    o->schedule = "cosine";
+    o->batch = 4; o->seq = 0; o->total_batch = 0; o->steps = 1000; o->warmup = 100;
+    o->eval_every = 100; o->eval_batches = 20; o->sample_every = 200; o->sample_tokens = 64; o->ckpt_every = 0;
+    o->recompute = 0; o->vocab = 0; o->log_stats_every = 10; o->bench = 0; o->stop_at = -1;
+    o->lr = 1e-3f; o->final_lr_frac = 0.1f; o->wd = 0.1f; o->grad_clip = 1.0f; o->l1 = -1.0f;
+    o->beta1 = 0.9f; o->beta2 = 0.95f; o->eps = 1e-8f; o->temperature = 1.0f; o->seed = 1337;
+    o->rank = 0; o->world = 1;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Device peak (dense bf16 tensor-core FLOP/s) by device name; 0 when unknown (MFU printed as n/a).
+static double device_peak_bf16(const char *name) {
+    if (strstr(name, "H200") || strstr(name, "GH200")) return 989e12;
+    if (strstr(name, "H100")) {
+        if (strstr(name, "PCIe")) return 756e12;
+        if (strstr(name, "NVL")) return 0;  // not in our table
+        return 989e12;                      // SXM ("H100 80GB HBM3")
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Training state file (plain binary, versioned).
+#define TRAIN_STATE_MAGIC 0x53544c53u  // "SLTS"
+#define OPT_STATE_MAGIC 0x504f4c53u    // "SLOP"
+typedef struct {
+    uint32_t magic, version;
+    int64_t step;             // optimizer steps completed
+    uint64_t total_params;
+    int32_t B, T, grad_accum, has_loader;
+    LoaderState loader;
+    Rng rng;
+    uint64_t seed;
+} TrainState;
+
+static void save_checkpoint(Model *m, const char *out, int step, const TrainState *ts, Logger *lg) {
+    char dir[CKPT_PATH_MAX], err[512], path[CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/ckpt_%08d", out, step);
+    double t0 = sllm_time_s();
+    size_t n = m->lay.total;
+    float *buf = (float *)sllm_malloc(n * sizeof(float));
+    CkptWriter w;
+    if (ckpt_begin(&w, dir, err, sizeof err) != 0) SLLM_FATAL("checkpoint %s: %s", dir, err);
+    model_get_params(m, buf);
+    if (ckpt_write_model(&w, &m->cfg, buf, ST_F32, err, sizeof err) != 0) {
+        ckpt_abort(&w);
+        SLLM_FATAL("checkpoint %s: %s", dir, err);
+    }
+    if (ckpt_path(&w, "optimizer.bin", path, sizeof path) != 0) SLLM_FATAL("checkpoint path too long: %s", dir);
+    FILE *f = sllm_fopen(path, "wb");
+    uint32_t hdr[4] = {OPT_STATE_MAGIC, 1, (uint32_t)(n & 0xffffffffu), (uint32_t)(n >> 32)};
+    sllm_fwrite(hdr, sizeof hdr, 1, f, "optimizer header");
+    float *vbuf = (float *)sllm_malloc(n * sizeof(float));
+    model_get_opt_state(m, buf, vbuf);
+    sllm_fwrite(buf, sizeof(float), n, f, "AdamW m");
+    sllm_fwrite(vbuf, sizeof(float), n, f, "AdamW v");
+    if (fclose(f) != 0) SLLM_FATAL("checkpoint: cannot close %s", path);
+    free(vbuf);
+    free(buf);
+    if (ckpt_path(&w, "train_state.bin", path, sizeof path) != 0) SLLM_FATAL("checkpoint path too long: %s", dir);
+    f = sllm_fopen(path, "wb");
+    sllm_fwrite(ts, sizeof *ts, 1, f, "training state");
+    if (fclose(f) != 0) SLLM_FATAL("checkpoint: cannot close %s", path);
+    if (ckpt_commit(&w, err, sizeof err) != 0) SLLM_FATAL("checkpoint %s: %s", dir, err);
+    logger_printf(lg, "checkpoint: wrote %s (%.1f s)\n", dir, sllm_time_s() - t0);
+}
+
+// Newest complete checkpoint "<out>/ckpt_NNNNNNNN" holding train_state.bin; -1 if none.
+static int find_latest_checkpoint(const char *out, char *dir, size_t n) {
+    DIR *d = opendir(out);
+    if (!d) return -1;
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step;
+        char tail;
+        if (strlen(e->d_name) != 13 || sscanf(e->d_name, "ckpt_%8d%c", &step, &tail) != 1) continue;
+        char p[CKPT_PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s/train_state.bin", out, e->d_name);
+        struct stat st;
+        if (stat(p, &st) == 0 && step > best) best = step;
+    }
+    closedir(d);
+    if (best >= 0) snprintf(dir, n, "%s/ckpt_%08d", out, best);
+    return best;
+}
+
+static void load_train_state(const char *dir, TrainState *ts, Model *m) {
+    char path[CKPT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/train_state.bin", dir);
+    FILE *f = sllm_fopen(path, "rb");
+    sllm_fread(ts, sizeof *ts, 1, f, "training state");
+    fclose(f);
+    if (ts->magic != TRAIN_STATE_MAGIC || ts->version != 1)
+        SLLM_FATAL("%s: not a training state file (magic %08x version %u, expected %08x version 1)", path, ts->magic,
+                   ts->version, TRAIN_STATE_MAGIC);
+    if (ts->total_params != m->lay.total)
+        SLLM_FATAL("%s: saved for %llu parameters, the model has %zu", path, (unsigned long long)ts->total_params,
+                   m->lay.total);
+    snprintf(path, sizeof path, "%s/optimizer.bin", dir);
+    f = sllm_fopen(path, "rb");
+    uint32_t hdr[4];
+    sllm_fread(hdr, sizeof hdr, 1, f, "optimizer header");
+    size_t n = m->lay.total;
+    if (hdr[0] != OPT_STATE_MAGIC || hdr[1] != 1 || (((size_t)hdr[3] << 32) | hdr[2]) != n)
+        SLLM_FATAL("%s: bad optimizer state header (magic %08x version %u, %zu params; expected %zu)", path, hdr[0],
+                   hdr[1], ((size_t)hdr[3] << 32) | hdr[2], n);
+    float *mb = (float *)sllm_malloc(n * 4), *vb = (float *)sllm_malloc(n * 4);
+    sllm_fread(mb, 4, n, f, "AdamW m");
+    sllm_fread(vb, 4, n, f, "AdamW v");
+    fclose(f);
+    model_set_opt_state(m, mb, vb);
+    free(mb);
+    free(vb);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Evaluation and sampling
+static float evaluate(Model *m, DataLoader *val, int batches, int32_t *in, int32_t *tg) {
+    loader_reset(val);
+    cudaCheck(cudaMemsetAsync(m->scalars + SC_CE, 0, sizeof(float), m->stream));
+    for (int i = 0; i < batches; i++) {
+        loader_next(val, in, tg);
+        model_forward(m, in, tg, m->B, m->T, MODEL_EVAL, 0.0f);
+    }
+    float ce;
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaMemcpy(&ce, m->scalars + SC_CE, sizeof ce, cudaMemcpyDeviceToHost));
+    return ce / ((float)batches * m->N);
+}
+
+static int sample_token(const float *logits, int V, float temperature, Rng *rng, float *probs) {
+    if (temperature <= 0.0f) {
+        int best = 0;
+        for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    float mx = logits[0];
+    for (int i = 1; i < V; i++) mx = fmaxf(mx, logits[i]);
+    double sum = 0;
+    for (int i = 0; i < V; i++) { probs[i] = expf((logits[i] - mx) / temperature); sum += probs[i]; }
+    double r = rng_uniform(rng) * sum, acc = 0;
+    for (int i = 0; i < V; i++) { acc += probs[i]; if (acc > r) return i; }
+    return V - 1;
+}
+
+// Unconditional sample from the end-of-text token: full-recompute forward per token (simple, no KV cache).
+static void generate_sample(Model *m, const Tokenizer *tok, int n_tokens, float temperature, uint64_t seed,
+                            Logger *lg) {
+    const int V = m->cfg.vocab_size, Tmax = m->T;
+    int start = tok ? tokenizer_eot_id(tok) : 0;
+    if (start < 0 || start >= V) start = 0;
+    int *ids = (int *)sllm_calloc(Tmax, sizeof(int));
+    float *logits = (float *)sllm_malloc(V * sizeof(float)), *probs = (float *)sllm_malloc(V * sizeof(float));
+    for (int i = 0; i < Tmax; i++) ids[i] = start;
+    Rng rng;
+    rng_seed(&rng, seed);
+    int len = 1;
+    while (len < Tmax && len <= n_tokens) {
+        int Ts = ((len + 63) / 64) * 64;
+        if (Ts > Tmax) Ts = Tmax;
+        model_forward(m, ids, NULL, 1, Ts, MODEL_LOGITS, 0.0f);
+        model_get_logits_row(m, len - 1, logits);
+        ids[len++] = sample_token(logits, V, temperature, &rng, probs);
+    }
+    logger_printf(lg, "---- sample (%d tokens, temperature %g) ----\n", len - 1, temperature);
+    if (tok) {
+        char *text = NULL;
+        size_t tl = 0;
+        if (tokenizer_decode(tok, ids + 1, len - 1, &text, &tl) == 0) {
+            logger_printf(lg, "%s\n", text);
+            free(text);
+        } else logger_printf(lg, "(tokenizer could not decode the sample)\n");
+    } else {
+        for (int i = 1; i < len; i++) logger_printf(lg, "%d ", ids[i]);
+        logger_printf(lg, "\n(pass --tokenizer to decode)\n");
+    }
+    logger_printf(lg, "----\n");
+    free(ids); free(logits); free(probs);
+}
+
+// ---------------------------------------------------------------------------------------------------
+int main(int argc, char **argv) {
+    Options o;
+    options_defaults(&o);
+    CliOpt opts[] = {
+        {"train", 'i', CLI_STRING, &o.train, "glob of training shards (.bin)", 0, 0, 0},
+        {"val", 'j', CLI_STRING, &o.val, "glob of validation shards (.bin)", 0, 0, 0},
+        {"preset", 'p', CLI_STRING, &o.preset, "model preset: test tiny small 0.5B 1B 1.5B 2B", 0, 0, 0},
+        {"init-from", 'e', CLI_STRING, &o.init_from, "start from the weights of a checkpoint directory", 0, 0, 0},
+        {"vocab", 0, CLI_INT, &o.vocab, "override the preset's vocab size (e.g. 50304 for GPT-2 tokens)", 1, 1 << 24, 0},
+        {"d-model", 0, CLI_INT, &o.d_model, "override d_model", 8, 65536, 0},
+        {"layers", 0, CLI_INT, &o.n_layer, "override the number of layers", 1, 1024, 0},
+        {"heads", 0, CLI_INT, &o.n_head, "override the number of heads (head_dim = d_model/heads)", 1, 1024, 0},
+        {"kv-heads", 0, CLI_INT, &o.n_kv_head, "override the number of KV heads (GQA)", 1, 1024, 0},
+        {"head-dim", 0, CLI_INT, &o.head_dim, "override head_dim", 8, 1024, 0},
+        {"d-ff", 0, CLI_INT, &o.d_ff, "override the FFN width", 8, 1 << 20, 0},
+        {"max-seq", 0, CLI_INT, &o.max_seq, "override max_seq (RoPE table / context)", 1, 1 << 20, 0},
+        {"rope-theta", 0, CLI_FLOAT, &o.rope_theta, "override rope_theta", 1, 1e12, 0},
+        {"nongated", 0, CLI_FLAG, &o.nongated, "non-gated FFN: h = relu(x Wu^T)", 0, 0, 0},
+        {"batch", 'b', CLI_INT, &o.batch, "micro-batch size B (sequences per GPU per micro-step)", 1, 1 << 20, 0},
+        {"seq", 't', CLI_INT, &o.seq, "sequence length T (default: the model's max_seq)", 1, 1 << 20, 0},
+        {"total-batch", 'd', CLI_INT, &o.total_batch, "tokens per optimizer step (multiple of B*T*world; default B*T*world)", 1, 2e9, 0},
+        {"steps", 'x', CLI_INT, &o.steps, "optimizer steps", 1, 2e9, 0},
+        {"schedule", 'k', CLI_STRING, &o.schedule, "LR schedule: cosine, linear, constant", 0, 0, 0},
+        {"lr", 'l', CLI_FLOAT, &o.lr, "peak learning rate", 0, 10, 0},
+        {"warmup", 'u', CLI_INT, &o.warmup, "linear warm-up steps", 0, 2e9, 0},
+        {"final-lr-frac", 'q', CLI_FLOAT, &o.final_lr_frac, "final LR as a fraction of the peak", 0, 1, 0},
+        {"wd", 'c', CLI_FLOAT, &o.wd, "AdamW weight decay (2-D weights only)", 0, 10, 0},
+        {"beta1", 0, CLI_FLOAT, &o.beta1, "AdamW beta1", 0, 0.999999, 0},
+        {"beta2", 0, CLI_FLOAT, &o.beta2, "AdamW beta2", 0, 0.999999, 0},
+        {"eps", 0, CLI_FLOAT, &o.eps, "AdamW epsilon", 0, 1, 0},
+        {"grad-clip", 0, CLI_FLOAT, &o.grad_clip, "global gradient-norm clip (0: off)", 0, 1e9, 0},
+        {"l1", 0, CLI_FLOAT, &o.l1, "L1 activation penalty lambda (default: the config's, 2e-5)", 0, 1e3, 0},
+        {"eval-every", 'v', CLI_INT, &o.eval_every, "validation loss every N steps (0: off)", 0, 2e9, 0},
+        {"eval-batches", 'm', CLI_INT, &o.eval_batches, "validation micro-batches per evaluation", 1, 1e9, 0},
+        {"sample-every", 's', CLI_INT, &o.sample_every, "generate a sample every N steps (0: off)", 0, 2e9, 0},
+        {"sample-tokens", 'g', CLI_INT, &o.sample_tokens, "tokens per sample", 1, 1e6, 0},
+        {"temperature", 0, CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100, 0},
+        {"tokenizer", 0, CLI_STRING, &o.tokenizer, "tokenizer.json or GPT-2 encoder.json dir, to decode samples", 0, 0, 0},
+        {"ckpt-every", 'n', CLI_INT, &o.ckpt_every, "checkpoint every N steps (0: only at the end, -1: never)", -1, 2e9, 0},
+        {"out", 'o', CLI_STRING, &o.out, "output directory: train.log, metrics.log, checkpoints", 0, 0, 0},
+        {"resume", 'y', CLI_FLAG, &o.resume, "resume from the newest checkpoint in --out", 0, 0, 0},
+        {"stop-at", 0, CLI_INT, &o.stop_at, "write a checkpoint and exit after this step (resume testing)", 1, 2e9, 0},
+        {"seed", 0, CLI_U64, &o.seed, "seed for init, data order and sampling", 0, 0, 0},
+        {"recompute", 'r', CLI_INT, &o.recompute, "activation recompute: 0 none, 1 FFN hidden, 2 + norms", 0, 2, 0},
+        {"log-stats-every", 0, CLI_INT, &o.log_stats_every, "per-layer sparsity statistics every N steps (0: off)", 0, 2e9, 0},
+        {"bench", 0, CLI_INT, &o.bench, "benchmark: N steps (random tokens if no --train), median step time", 1, 1e6, 0},
+        {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
+    };
+    cli_parse(argc, argv, opts, "train_gpt_relu",
+              "Trains a Llama-style model with a ReLU-gated FFN and an L1 activation penalty on one GPU.");
+    char err[1024];
+
+    // ---- config
+    ModelConfig cfg;
+    float *init_params = NULL;
+    char resume_dir[CKPT_PATH_MAX] = "";
+    int resume_step = -1;
+    if (o.resume) {
+        if (!o.out) SLLM_FATAL("--resume needs --out (the directory holding the checkpoints)");
+        resume_step = find_latest_checkpoint(o.out, resume_dir, sizeof resume_dir);
+        if (resume_step < 0) printf("resume: no checkpoint in %s, starting from scratch\n", o.out);
+    }
+    if (resume_step >= 0 || o.init_from) {
+        const char *dir = resume_step >= 0 ? resume_dir : o.init_from;
+        StDtype dt;
+        if (ckpt_load(dir, &cfg, &init_params, &dt, err, sizeof err) != 0)
+            SLLM_FATAL("cannot load checkpoint %s: %s", dir, err);
+        printf("loaded weights and config from %s (%s)\n", dir, st_dtype_name(dt));
+        if (o.vocab || o.d_model || o.n_layer || o.n_head || o.n_kv_head || o.head_dim || o.d_ff || o.nongated)
+            SLLM_FATAL("model shape options cannot be combined with --init-from / --resume (the checkpoint fixes the shape)");
+    } else {
+        if (!config_from_preset(o.preset, &cfg)) {
+            fprintf(stderr, "error: unknown preset \"%s\"; known presets:", o.preset);
+            for (int i = 0; CONFIG_PRESET_NAMES[i]; i++) fprintf(stderr, " %s", CONFIG_PRESET_NAMES[i]);
+            fprintf(stderr, "\n");
+            return 1;
+        }
+        if (o.vocab) cfg.vocab_size = o.vocab;
+        if (o.d_model) { cfg.d_model = o.d_model; cfg.head_dim = cfg.d_model / cfg.n_head; }
+        if (o.n_head) { cfg.n_head = o.n_head; cfg.n_kv_head = o.n_head; cfg.head_dim = cfg.d_model / cfg.n_head; }
+        if (o.n_kv_head) cfg.n_kv_head = o.n_kv_head;
+        if (o.head_dim) cfg.head_dim = o.head_dim;
+        if (o.n_layer) cfg.n_layer = o.n_layer;
+        if (o.d_ff) cfg.d_ff = o.d_ff;
+        if (o.max_seq) cfg.max_seq = o.max_seq;
+        if (o.nongated) cfg.gated = 0;
+    }
+    if (o.rope_theta > 0) cfg.rope_theta = o.rope_theta;
+    if (o.l1 >= 0) cfg.l1_lambda = o.l1;
+    if (config_validate(&cfg, err, sizeof err) != 0) SLLM_FATAL("invalid model configuration: %s", err);
+    if (o.seq == 0) o.seq = cfg.max_seq;
+    if (o.seq > cfg.max_seq) SLLM_FATAL("--seq %d is longer than the model's max_seq %d (use --max-seq)", o.seq, cfg.max_seq);
+    const int B = o.batch, T = o.seq;
+    const long long tok_per_micro = (long long)B * T * o.world;
+    if (o.total_batch == 0) o.total_batch = (int)tok_per_micro;
+    if (o.total_batch % tok_per_micro != 0)
+        SLLM_FATAL("--total-batch %d must be a multiple of B*T*world = %d*%d*%d = %lld", o.total_batch, B, T, o.world,
+                   tok_per_micro);
+    const int accum = (int)(o.total_batch / tok_per_micro);
+    if (lr_schedule_check(o.schedule, o.warmup, o.steps, o.lr, o.final_lr_frac, err, sizeof err) != 0)
+        SLLM_FATAL("learning-rate schedule: %s", err);
+    if (!o.bench && !o.train) SLLM_FATAL("--train is required (a glob of .bin shards), or use --bench N");
+    if (o.stop_at > 0 && !o.out) SLLM_FATAL("--stop-at needs --out (it writes a checkpoint)");
+
+    // ---- device
+    if (!cuda_device_available()) SLLM_FATAL("no CUDA device found (this trainer needs a GPU; see scripts/quickstart.sh for the CPU path)");
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    const double peak = device_peak_bf16(prop.name);
+
+    // ---- logging
+    Logger lg;
+    if (logger_open(&lg, o.bench ? NULL : o.out, resume_step >= 0, err, sizeof err) != 0) SLLM_FATAL("%s", err);
+    logger_printf(&lg, "device: %s, %d SMs, %.1f GiB; peak bf16 %s\n", prop.name, prop.multiProcessorCount,
+                  prop.totalGlobalMem / 1073741824.0, peak > 0 ? "known" : "unknown (MFU n/a)");
+    config_print(&cfg, stdout);
+    if (lg.log) config_print(&cfg, lg.log);
+
+    // ---- data
+    DataLoader *train = NULL, *val = NULL;
+    if (o.train) {
+        train = loader_open(o.train, B, T, o.rank, o.world, o.seed, 1, err, sizeof err);
+        if (!train) SLLM_FATAL("training data: %s", err);
+        if (loader_check_vocab(train, cfg.vocab_size, err, sizeof err) != 0) SLLM_FATAL("training data: %s", err);
+        char sum[512];
+        loader_summary(train, sum, sizeof sum);
+        logger_printf(&lg, "train: %s\n", sum);
+    }
+    if (o.val && !o.bench) {
+        val = loader_open(o.val, B, T, o.rank, o.world, o.seed, 0, err, sizeof err);
+        if (!val) SLLM_FATAL("validation data: %s", err);
+        if (loader_check_vocab(val, cfg.vocab_size, err, sizeof err) != 0) SLLM_FATAL("validation data: %s", err);
+        char sum[512];
+        loader_summary(val, sum, sizeof sum);
+        logger_printf(&lg, "val:   %s\n", sum);
+    }
+    Tokenizer *tok = NULL;
+    if (o.tokenizer) {
+        tok = tokenizer_load(o.tokenizer, err, sizeof err);
+        if (!tok) SLLM_FATAL("tokenizer: %s", err);
+        if (tokenizer_vocab_size(tok) > cfg.vocab_size)
+            SLLM_FATAL("tokenizer has %d tokens but the model's vocab is %d", tokenizer_vocab_size(tok), cfg.vocab_size);
+    }
+
+    // ---- model
+    Model model;
+    model_create(&model, &cfg, B, T, o.recompute, 1, 1);
+    if (init_params) { model_set_params(&model, init_params); free(init_params); }
+    else model_init_random(&model, o.seed);
+    int start_step = 0;
+    TrainState ts;
+    memset(&ts, 0, sizeof ts);
+    Rng rng;
+    rng_seed(&rng, o.seed ^ 0x5eed5eedull);
+    if (resume_step >= 0) {
+        load_train_state(resume_dir, &ts, &model);
+        if (ts.B != B || ts.T != T || ts.grad_accum != accum)
+            logger_printf(&lg, "warning: resuming with B=%d T=%d accum=%d, the checkpoint used B=%d T=%d accum=%d "
+                               "(not bit-exact)\n", B, T, accum, ts.B, ts.T, ts.grad_accum);
+        if (ts.has_loader && train && loader_set_state(train, &ts.loader, err, sizeof err) != 0)
+            SLLM_FATAL("resume: %s", err);
+        rng = ts.rng;
+        start_step = (int)ts.step;
+        logger_printf(&lg, "resumed from %s at step %d\n", resume_dir, start_step);
+    }
+    const double flops_tok = model_flops_per_token(&cfg, T);
+    const long long tokens_per_step = (long long)o.total_batch;
+    logger_printf(&lg, "batch: B=%d T=%d accum=%d world=%d -> %lld tokens/step; steps %d; lr %g (%s, warmup %d, "
+                       "final x%g); wd %g; clip %g; lambda %g; recompute %d\n",
+                  B, T, accum, o.world, tokens_per_step, o.steps, o.lr, o.schedule, o.warmup, o.final_lr_frac, o.wd,
+                  o.grad_clip, cfg.l1_lambda, o.recompute);
+    logger_printf(&lg, "model FLOPs per token (fwd+bwd): %.3g\n", flops_tok);
+
+    int32_t *in = (int32_t *)sllm_malloc((size_t)B * T * 4), *tg = (int32_t *)sllm_malloc((size_t)B * T * 4);
+    const int L = cfg.n_layer;
+    double *nnz = (double *)sllm_malloc(L * sizeof(double)), *alive = (double *)sllm_malloc(L * sizeof(double));
+    model_reset_sparsity(&model);
+    const int total_steps = o.bench ? o.bench : o.steps;
+    double *step_ms = (double *)sllm_calloc(total_steps + 1, sizeof(double));
+    const float dloss = 1.0f / (float)((double)B * T * accum);
+    const float l1_coef = (float)(cfg.l1_lambda / ((double)L * B * T * accum));
+    Rng data_rng;  // synthetic tokens for --bench without --train
+    rng_seed(&data_rng, o.seed);
+
+    for (int step = start_step; step <= total_steps; step++) {
+        const int last = step == total_steps;
+        if (!o.bench) {
+            if (val && o.eval_every > 0 && (step % o.eval_every == 0 || last)) {
+                float vl = evaluate(&model, val, o.eval_batches, in, tg);
+                logger_printf(&lg, "step %d | val loss %.4f\n", step, vl);
+                logger_metric(&lg, "s:%d val:%.9g\n", step, vl);
+            }
+            if (o.sample_every > 0 && step > 0 && (step % o.sample_every == 0 || last))
+                generate_sample(&model, tok, o.sample_tokens, o.temperature, o.seed + 1337, &lg);
+            int want_ckpt = o.out && o.ckpt_every >= 0 && step > start_step &&
+                            ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last || step == o.stop_at);
+            if (want_ckpt) {
+                ts.magic = TRAIN_STATE_MAGIC; ts.version = 1; ts.step = step; ts.total_params = model.lay.total;
+                ts.B = B; ts.T = T; ts.grad_accum = accum; ts.has_loader = train != NULL; ts.seed = o.seed;
+                if (train) loader_get_state(train, &ts.loader);
+                ts.rng = rng;
+                save_checkpoint(&model, o.out, step, &ts, &lg);
+            }
+            if (step == o.stop_at) { logger_printf(&lg, "stopping at step %d (--stop-at)\n", step); break; }
+        }
+        if (last) break;
+
+        double t0 = sllm_time_s();
+        model_zero_grad(&model);
+        for (int a = 0; a < accum; a++) {
+            if (train) loader_next(train, in, tg);
+            else {
+                for (int i = 0; i < B * T; i++) in[i] = (int)rng_below(&data_rng, cfg.vocab_size);
+                for (int i = 0; i < B * T; i++) tg[i] = (int)rng_below(&data_rng, cfg.vocab_size);
+            }
+            model_forward(&model, in, tg, B, T, MODEL_TRAIN, dloss);
+            model_backward(&model, l1_coef);
+        }
+        model_grad_norm(&model);
+        float lr = lr_schedule(o.schedule, step, o.warmup, o.steps, o.lr, o.final_lr_frac);
+        AdamWParams hp = {lr, o.beta1, o.beta2, o.eps, o.wd, o.grad_clip, step + 1};
+        model_adamw(&model, &hp);
+        ModelStepStats st;
+        model_read_step(&model, &st);  // synchronises
+        double dt = sllm_time_s() - t0;
+        step_ms[step] = dt * 1e3;
+        double ce = st.ce_sum / (double)tokens_per_step;
+        double l1 = st.l1_sum_all / ((double)L * tokens_per_step);
+        double loss = ce + cfg.l1_lambda * l1;
+        double tps = tokens_per_step / dt;
+        char mfu[32];
+        if (peak > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * flops_tok * tps / peak);
+        else snprintf(mfu, sizeof mfu, "n/a");
+        logger_printf(&lg, "step %5d/%d | loss %.4f | ce %.4f | l1 %8.3f | lr %.2e | norm %7.3f | %7.1f ms | %8.0f tok/s "
+                           "| MFU %s\n", step + 1, total_steps, loss, ce, l1, lr, st.grad_norm, dt * 1e3, tps, mfu);
+        logger_metric(&lg, "s:%d loss:%.9g ce:%.9g l1:%.9g norm:%.9g lr:%.9g ms:%.3f\n", step + 1, loss, ce, l1,
+                      st.grad_norm, lr, dt * 1e3);
+        if (!isfinite(loss)) SLLM_FATAL("loss is %f at step %d: training diverged", loss, step + 1);
+        if (o.log_stats_every > 0 && ((step + 1) % o.log_stats_every == 0 || step + 1 == total_steps)) {
+            model_read_sparsity(&model, nnz, alive);
+            double mn = 0, ma = 0;
+            for (int l = 0; l < L; l++) { mn += nnz[l]; ma += alive[l]; }
+            logger_printf(&lg, "  sparsity: mean non-zeros/token %.1f of %d (%.2f%%), neurons alive %.1f%% | per layer:",
+                          mn / L, cfg.d_ff, 100.0 * mn / L / cfg.d_ff, 100.0 * ma / L);
+            for (int l = 0; l < L; l++) logger_printf(&lg, " %.0f/%.0f%%", nnz[l], 100.0 * alive[l]);
+            logger_printf(&lg, "\n");
+            logger_metric(&lg, "s:%d nnz:%.6g alive:%.6g\n", step + 1, mn / L, ma / L);
+            model_reset_sparsity(&model);
+        }
+    }
+
+    if (o.bench) {
+        // median over the steps after 2 warm-up steps
+        int n = total_steps > 3 ? total_steps - 2 : total_steps;
+        double *v = step_ms + (total_steps - n);
+        for (int i = 1; i < n; i++)
+            for (int j = i; j > 0 && v[j - 1] > v[j]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
+        double med = v[n / 2];
+        double tpms = tokens_per_step / med;
+        char mfu[32];
+        if (peak > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * flops_tok * tpms * 1e3 / peak);
+        else snprintf(mfu, sizeof mfu, "n/a");
+        size_t fr, totm;
+        cudaCheck(cudaMemGetInfo(&fr, &totm));
+        logger_printf(&lg, "bench: %s L=%d D=%d F=%d V=%d B=%d T=%d recompute=%d: median step %.2f ms over %d steps, "
+                           "%.1f tokens/ms, MFU %s, device memory used %.1f GiB\n",
+                      o.preset, L, cfg.d_model, cfg.d_ff, cfg.vocab_size, B, T, o.recompute, med, n, tpms, mfu,
+                      (totm - fr) / 1073741824.0);
+    }
+    free(step_ms); free(nnz); free(alive); free(in); free(tg);
+    if (tok) tokenizer_free(tok);
+    if (train) loader_close(train);
+    if (val) loader_close(val);
+    model_free(&model);
+    logger_close(&lg);
+    return 0;
+}

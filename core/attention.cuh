@@ -32,7 +32,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifndef ATTN_EMU
 #include "cuda_common.cuh"
+#else
+// dev/emu/attn_emu.cpp compiles the tensor-core kernels below as host code (one OS thread per CUDA thread,
+// emulated ldmatrix/mma/shuffles) to check their indexing on a machine without a GPU.
+#include "common.h"
+#endif
 
 typedef enum { ATTN_PATH_FAST = 0, ATTN_PATH_SIMPLE = 1 } AttnPath;
 
@@ -90,6 +96,7 @@ static inline size_t attention_backward_scratch_bytes(int B, int T, int H, int K
     return (dq_acc + dsum) * sizeof(float);
 }
 
+#ifndef ATTN_EMU
 // ------------------------------------------------------------------------------------------------
 // Simple path (reference quality): one warp per row, fp32 CUDA-core math.
 // Lane `lane` holds dims d = lane + 32*c (c < 4, d < hd).
@@ -264,6 +271,8 @@ static inline void attention_backward_simple(bf16 *dq, bf16 *dk, bf16 *dv, const
     cudaCheckLaunch();
 }
 
+#endif  // !ATTN_EMU
+
 // ------------------------------------------------------------------------------------------------
 // Fast path: tensor cores (mma.sync m16n8k16 bf16 -> fp32), FlashAttention-2 structure.
 //
@@ -278,6 +287,7 @@ static inline void attention_backward_simple(bf16 *dq, bf16 *dk, bf16 *dv, const
 #define ATTN_BN 64       // keys per forward inner block / per backward CTA
 #define ATTN_THREADS 128 // 4 warps x 16 rows
 
+#ifndef ATTN_EMU
 __device__ __forceinline__ uint32_t attn_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // 16-byte async copy global -> shared; when !valid the 16 bytes are zero-filled (src is not read).
@@ -309,10 +319,13 @@ __device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4], uint32
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#endif  // !ATTN_EMU
 // Two floats -> bf16x2 (lo in the low half = the lower column index).
 __device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
 }
 
 // A fragment (16 x 16 at rows r0.., cols c0..) of a row-major [rows][ld] tile.
@@ -751,6 +764,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
     }
 }
 
+#ifndef ATTN_EMU
 // dq = bf16(dq_acc * scale), 8 elements per thread (n % 8 == 0 since hd % 8 == 0).
 __global__ void attn_dq_convert_kernel(bf16 *dq, const float *dq_acc, size_t n, float scale) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
@@ -840,4 +854,5 @@ static inline void attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *
                             stream);
 }
 
+#endif  // !ATTN_EMU
 #endif  // SLLM_ATTENTION_CUH

@@ -1,0 +1,288 @@
+// dev/emu/attn_emu.cpp: runs the tensor-core attention kernels of core/attention.cuh on the CPU, to check their
+// indexing, fragment layouts, masking and synchronization logic on a machine without a GPU.
+//
+// Each CUDA thread is an OS thread; CTAs run one after another. Warp-collective instructions (ldmatrix,
+// mma.m16n8k16, shuffles) are emulated through a per-warp exchange area and a 32-thread barrier, following the
+// PTX ISA fragment layouts. cp.async copies at once (a legal schedule). Compares against a float64 reference.
+// Build + run (no GPU needed):  bash dev/emu/run.sh
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <barrier>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#undef __global__
+#undef __device__
+#undef __forceinline__
+#undef __launch_bounds__
+#undef __shared__
+#undef __align__
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+
+typedef __nv_bfloat16 bf16;
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+struct EmuDim { unsigned x, y, z; };
+static thread_local EmuDim threadIdx, blockIdx;
+static EmuDim gridDim;
+alignas(16) unsigned char attn_smem[256 * 1024];
+
+static std::barrier<> *g_cta_bar;
+static std::barrier<> *g_warp_bar[4];
+struct WarpX {
+    const void *addr[32];
+    uint32_t a[32][4];
+    uint32_t b[32][2];
+    float f[32];
+};
+static WarpX g_wx[4];
+static std::mutex g_atomic_mu;
+
+static inline int lane_id() { return threadIdx.x & 31; }
+static inline int warp_id() { return threadIdx.x >> 5; }
+static inline void warp_sync() { g_warp_bar[warp_id()]->arrive_and_wait(); }
+static inline void __syncthreads() { g_cta_bar->arrive_and_wait(); }
+static inline void __syncwarp() { warp_sync(); }
+static inline float __shfl_xor_sync(unsigned, float v, int m) {
+    WarpX &x = g_wx[warp_id()];
+    x.f[lane_id()] = v;
+    warp_sync();
+    float r = x.f[lane_id() ^ m];
+    warp_sync();
+    return r;
+}
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline void atomicAdd(float *p, float v) {
+    std::lock_guard<std::mutex> lk(g_atomic_mu);
+    *p += v;
+}
+
+static inline void attn_cp_async16(void *smem, const void *gmem, bool valid) {
+    if (valid) memcpy(smem, gmem, 16);
+    else memset(smem, 0, 16);
+}
+static inline void attn_cp_async_commit() {}
+static inline void attn_cp_async_wait_all() {}
+
+static inline uint16_t bf16_bits(const void *p) { uint16_t u; memcpy(&u, p, 2); return u; }
+static inline float bits_f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t pack2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+
+// ldmatrix .x4: lanes 8i..8i+7 give the row addresses of matrix i (8 bf16 per row).
+static inline void emu_ldsm(uint32_t r[4], const void *p, bool trans) {
+    WarpX &x = g_wx[warp_id()];
+    int lane = lane_id(), g = lane >> 2, t = lane & 3;
+    uintptr_t base = (uintptr_t)attn_smem;
+    if ((uintptr_t)p < base || (uintptr_t)p + 16 > base + sizeof attn_smem || ((uintptr_t)p & 15)) {
+        fprintf(stderr, "emu: ldmatrix address %p outside shared memory or misaligned\n", p);
+        abort();
+    }
+    x.addr[lane] = p;
+    warp_sync();
+    for (int i = 0; i < 4; i++) {
+        if (!trans) {
+            const uint16_t *row = (const uint16_t *)x.addr[8 * i + g];
+            r[i] = pack2(row[2 * t], row[2 * t + 1]);
+        } else {
+            const uint16_t *r0 = (const uint16_t *)x.addr[8 * i + 2 * t];
+            const uint16_t *r1 = (const uint16_t *)x.addr[8 * i + 2 * t + 1];
+            r[i] = pack2(r0[g], r1[g]);
+        }
+    }
+    warp_sync();
+}
+static inline void attn_ldsm_x4(uint32_t r[4], const void *p) { emu_ldsm(r, p, false); }
+static inline void attn_ldsm_x4_trans(uint32_t r[4], const void *p) { emu_ldsm(r, p, true); }
+
+// mma.m16n8k16 row.col bf16 -> f32 (layouts as in the PTX ISA).
+static inline float a_elem(const WarpX &x, int r, int c) {
+    int lane = (r % 8) * 4 + (c % 8) / 2, reg = (r >= 8) + 2 * (c >= 8);
+    uint32_t w = x.a[lane][reg];
+    return bits_f((c & 1) ? (uint16_t)(w >> 16) : (uint16_t)(w & 0xffff));
+}
+static inline float b_elem(const WarpX &x, int k, int n) {
+    int lane = n * 4 + (k % 8) / 2, reg = k >= 8;
+    uint32_t w = x.b[lane][reg];
+    return bits_f((k & 1) ? (uint16_t)(w >> 16) : (uint16_t)(w & 0xffff));
+}
+static inline void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    WarpX &x = g_wx[warp_id()];
+    int lane = lane_id(), g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) x.a[lane][i] = a[i];
+    x.b[lane][0] = b0;
+    x.b[lane][1] = b1;
+    warp_sync();
+    for (int e = 0; e < 4; e++) {
+        int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+        float s = 0;
+        for (int kk = 0; kk < 16; kk++) s += a_elem(x, row, kk) * b_elem(x, kk, col);
+        c[e] += s;
+    }
+    warp_sync();
+}
+
+#define ATTN_EMU 1
+#include "attention.cuh"
+
+// ---- driver ----------------------------------------------------------------------------------------------
+template <typename F>
+static void launch(EmuDim grid, F body) {
+    gridDim = grid;
+    std::barrier<> cta(128);
+    std::barrier<> w0(32), w1(32), w2(32), w3(32);
+    g_cta_bar = &cta;
+    g_warp_bar[0] = &w0; g_warp_bar[1] = &w1; g_warp_bar[2] = &w2; g_warp_bar[3] = &w3;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned xb = 0; xb < grid.x; xb++) {
+                memset(attn_smem, 0xff, sizeof attn_smem);  // NaN poison: reads of unwritten smem show up
+                std::vector<std::thread> th;
+                for (unsigned t = 0; t < 128; t++)
+                    th.emplace_back([=] {
+                        threadIdx = {t, 0, 0};
+                        blockIdx = {xb, y, z};
+                        body();
+                    });
+                for (auto &x : th) x.join();
+            }
+}
+
+static uint64_t rs = 88172645463325252ull;
+static double urand() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (rs >> 11) * 0x1.0p-53; }
+static double nrand() { return sqrt(-2 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()); }
+static float rb(float f) { return __bfloat162float(__float2bfloat16(f)); }
+
+static double relerr(const std::vector<float> &x, const std::vector<double> &r) {
+    double n = 0, d = 0;
+    for (size_t i = 0; i < x.size(); i++) {
+        if (!isfinite(x[i])) return INFINITY;
+        n += (x[i] - r[i]) * (x[i] - r[i]);
+        d += r[i] * r[i];
+    }
+    return sqrt(n) / fmax(sqrt(d), 1e-2 * sqrt((double)x.size()));
+}
+
+template <int HD>
+static int run_case(int B, int T, int H, int KVH) {
+    const int hd = HD;
+    size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KVH * hd, nl = (size_t)B * H * T;
+    std::vector<float> q(nq), k(nkv), v(nkv), dout(nq);
+    for (auto &x : q) x = rb((float)(1.5 * nrand()));
+    for (auto &x : k) x = rb((float)nrand());
+    for (auto &x : v) x = rb((float)nrand());
+    for (auto &x : dout) x = rb((float)nrand());
+    // float64 reference
+    std::vector<double> ro(nq, 0), rl(nl), rdq(nq, 0), rdk(nkv, 0), rdv(nkv, 0);
+    double scale = 1 / sqrt((double)hd);
+    int group = H / KVH;
+    std::vector<double> p(T), dp(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                int kvh = h / group;
+                size_t qi = (((size_t)b * T + i) * H + h) * hd;
+                double mx = -INFINITY;
+                for (int j = 0; j <= i; j++) {
+                    size_t kj = (((size_t)b * T + j) * KVH + kvh) * hd;
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += (double)q[qi + d] * k[kj + d];
+                    p[j] = s * scale;
+                    mx = fmax(mx, p[j]);
+                }
+                double sum = 0;
+                for (int j = 0; j <= i; j++) { p[j] = exp(p[j] - mx); sum += p[j]; }
+                rl[((size_t)b * H + h) * T + i] = mx + log(sum);
+                double D = 0;
+                for (int j = 0; j <= i; j++) {
+                    p[j] /= sum;
+                    size_t vj = (((size_t)b * T + j) * KVH + kvh) * hd;
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) { ro[qi + d] += p[j] * v[vj + d]; s += (double)dout[qi + d] * v[vj + d]; }
+                    dp[j] = s;
+                    D += p[j] * s;
+                }
+                for (int j = 0; j <= i; j++) {
+                    size_t kj = (((size_t)b * T + j) * KVH + kvh) * hd;
+                    double ds = p[j] * (dp[j] - D) * scale;
+                    for (int d = 0; d < hd; d++) {
+                        rdq[qi + d] += ds * k[kj + d];
+                        rdk[kj + d] += ds * q[qi + d];
+                        rdv[kj + d] += p[j] * dout[qi + d];
+                    }
+                }
+            }
+    auto tobf = [](const std::vector<float> &x) {
+        std::vector<bf16> y(x.size());
+        for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16(x[i]);
+        return y;
+    };
+    auto tof = [](const std::vector<bf16> &x) {
+        std::vector<float> y(x.size());
+        for (size_t i = 0; i < x.size(); i++) y[i] = __bfloat162float(x[i]);
+        return y;
+    };
+    std::vector<bf16> bq = tobf(q), bk = tobf(k), bv = tobf(v), bdo = tobf(dout);
+    std::vector<bf16> bo(nq), bdq(nq), bdk(nkv), bdv(nkv);
+    std::vector<float> lse(nl, NAN);
+    for (auto &x : bo) x = __float2bfloat16(NAN);
+    for (auto &x : bdk) x = __float2bfloat16(NAN);
+    for (auto &x : bdv) x = __float2bfloat16(NAN);
+    float scale_log2 = ATTN_LOG2E / sqrtf((float)hd);
+    launch({(unsigned)CEIL_DIV(T, ATTN_BM), (unsigned)H, (unsigned)B}, [&] {
+        attn_fwd_kernel<HD>(bo.data(), lse.data(), bq.data(), bk.data(), bv.data(), T, H, KVH, scale_log2);
+    });
+    // preprocess (as attn_bwd_preprocess_kernel) on the host
+    std::vector<float> dsum(nl), dq_acc(nq, NAN);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++)
+            for (int h = 0; h < H; h++) {
+                size_t w = ((size_t)b * T + i) * H + h;
+                float s = 0;
+                for (int d = 0; d < hd; d++) {
+                    s += __bfloat162float(bdo[w * hd + d]) * __bfloat162float(bo[w * hd + d]);
+                    dq_acc[w * hd + d] = 0;
+                }
+                dsum[((size_t)b * H + h) * T + i] = s;
+            }
+    float sc = 1.0f / sqrtf((float)hd);
+    launch({(unsigned)CEIL_DIV(T, ATTN_BN), (unsigned)KVH, (unsigned)B}, [&] {
+        attn_bwd_kernel<HD>(dq_acc.data(), bdk.data(), bdv.data(), bdo.data(), lse.data(), dsum.data(), bq.data(),
+                            bk.data(), bv.data(), T, H, KVH, sc, sc * ATTN_LOG2E);
+    });
+    std::vector<float> dqf(nq);
+    for (size_t i = 0; i < nq; i++) dqf[i] = rb(dq_acc[i] * sc);
+    double lerr = 0;
+    for (size_t i = 0; i < nl; i++) lerr = isfinite(lse[i]) ? fmax(lerr, fabs(lse[i] - rl[i])) : INFINITY;
+    double eo = relerr(tof(bo), ro), eq = relerr(dqf, rdq), ek = relerr(tof(bdk), rdk), ev = relerr(tof(bdv), rdv);
+    int ok = eo < 1e-2 && eq < 1e-2 && ek < 1e-2 && ev < 1e-2 && lerr < 2e-3;
+    printf("emu hd=%3d B=%d T=%3d H=%d KVH=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e  %s\n", HD, B, T, H, KVH, eo,
+           lerr, eq, ek, ev, ok ? "ok" : "FAIL");
+    fflush(stdout);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    int ok = 1;
+    ok &= run_case<64>(1, 17, 1, 1);
+    ok &= run_case<64>(1, 100, 2, 1);
+    if (!quick) {
+        ok &= run_case<64>(2, 129, 2, 2);
+        ok &= run_case<32>(1, 70, 2, 2);
+        ok &= run_case<128>(1, 80, 2, 1);
+        ok &= run_case<64>(1, 1, 1, 1);
+    }
+    printf("emu: %s\n", ok ? "ALL OK" : "FAILURES");
+    return ok ? 0 : 1;
+}

@@ -18,7 +18,7 @@
 // and the last seen overflow-row fraction <= sparse_max_ovf_frac, else dense. The estimate is the
 // caller's hint (nnz_hint >= 0), else the previous call's measured mean (both paths measure it on the
 // device; the dense path's count is read back at the next call, so it costs no sync), else sparse
-// (measures). Default threshold TWELL_DEFAULT_SPARSE_MAX_NNZ: see dev/bench/bench_ffn.cu, which
+// (measures). With a hint, the hint alone decides. Default threshold TWELL_DEFAULT_SPARSE_MAX_NNZ: see dev/bench/bench_ffn.cu, which
 // measures the crossover (sparse time = dense time) and prints the value to use.
 #ifndef SLLM_TWELL_FFN_CUH
 #define SLLM_TWELL_FFN_CUH
@@ -45,7 +45,8 @@ typedef struct {
     int max_M, D, F, C, gated;
     int gate_variant;     // TWELL_GATE_*
     int updown_variant;   // TWELL_UPDOWN_*
-    int gate_chunk_rows;  // rows per gate GEMM + pack chunk (scratch stays in L2)
+    int gate_chunk_rows;  // rows per gate GEMM + pack chunk (scratch stays in L2); <= gate_scratch_rows
+    int gate_scratch_rows;
     double sparse_max_nnz, sparse_max_ovf_frac;
     // device buffers
     uint32_t *tw;                 // [max_M, F/C]
@@ -91,6 +92,8 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->dense.chunk_rows = 16384;
     if (ws->dense.chunk_rows > max_M) ws->dense.chunk_rows = max_M;
     int gcr = ws->gate_chunk_rows < max_M ? ws->gate_chunk_rows : max_M;
+    ws->gate_chunk_rows = gcr;
+    ws->gate_scratch_rows = gcr;
     cudaCheck(cudaMalloc(&ws->tw, sizeof(uint32_t) * (size_t)max_M * (F / C)));
     cudaCheck(cudaMalloc(&ws->ovf_flag, sizeof(int) * (size_t)max_M));
     cudaCheck(cudaMalloc(&ws->ovf_list, sizeof(int) * (size_t)max_M));
@@ -123,6 +126,15 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
 // Gate only: X -> ws->tw, ovf list, counters (device). Used by the FFN and by tests.
 static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *W, int M,
                                      cudaStream_t stream) {
+    if (M < 1 || M > ws->max_M) {
+        fprintf(stderr, "error: twell_gate_forward: M=%d must be in [1, max_M=%d] of the workspace\n", M, ws->max_M);
+        return TWELL_ERR_WORKSPACE;
+    }
+    if (ws->gate_chunk_rows < 1 || ws->gate_chunk_rows > ws->gate_scratch_rows) {
+        fprintf(stderr, "error: twell_gate_forward: gate_chunk_rows=%d must be in [1, %d] (the scratch allocated)\n",
+                ws->gate_chunk_rows, ws->gate_scratch_rows);
+        return TWELL_ERR_WORKSPACE;
+    }
     cudaCheck(cudaMemsetAsync(ws->ovf_flag, 0, sizeof(int) * (size_t)M, stream));
     cudaCheck(cudaMemsetAsync(ws->counters, 0, sizeof(TwellCounters), stream));
     switch (ws->gate_variant) {
@@ -159,15 +171,24 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         return TWELL_ERR_ARG;
     }
     // Pick up the dense path's nnz count of the previous call (no sync: it is long finished).
+    // Never waits: if the copy is not done yet, the older estimate is used.
     if (ws->dense_nnz_pending) {
-        cudaCheck(cudaEventSynchronize(ws->dense_nnz_ready));
-        ws->last_mean_nnz = (double)*ws->dense_nnz_host / (double)ws->dense_nnz_pending_M;
-        ws->dense_nnz_pending = 0;
+        cudaError_t q = cudaEventQuery(ws->dense_nnz_ready);
+        if (q == cudaSuccess) {
+            ws->last_mean_nnz = (double)*ws->dense_nnz_host / (double)ws->dense_nnz_pending_M;
+            ws->dense_nnz_pending = 0;
+        } else if (q != cudaErrorNotReady) {
+            cudaCheck(q);
+        }
     }
     if (path == TWELL_PATH_AUTO) {
-        double est = nnz_hint >= 0 ? nnz_hint : ws->last_mean_nnz;
-        path = (est < 0 || (est <= ws->sparse_max_nnz && ws->last_ovf_frac <= ws->sparse_max_ovf_frac))
-                   ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE;
+        if (nnz_hint >= 0)  // the caller's estimate decides alone
+            path = nnz_hint <= ws->sparse_max_nnz ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE;
+        else if (ws->last_mean_nnz < 0)  // unknown: run sparse, which measures
+            path = TWELL_PATH_SPARSE;
+        else
+            path = (ws->last_mean_nnz <= ws->sparse_max_nnz && ws->last_ovf_frac <= ws->sparse_max_ovf_frac)
+                       ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE;
     }
     const bf16 *W1 = ws->gated ? Wg : Wu;
     if (path == TWELL_PATH_DENSE) {

@@ -122,7 +122,7 @@ __device__ __forceinline__ float attn_simple_dot(const float a[ATTN_SIMPLE_NC], 
 }
 
 // grid: ceil(B*T*H / warps_per_block); warp w -> row index r = (b*T + i)*H + h.
-__global__ void attn_simple_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
+static __global__ void attn_simple_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
                                        int T, int H, int KVH, int hd, float scale) {
     int w = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
@@ -158,7 +158,7 @@ __global__ void attn_simple_fwd_kernel(bf16 *out, float *lse, const bf16 *q, con
 
 // D[b, h, i] = sum_d dout * out (fp32), and zero the fp32 dq accumulator row (used by the fast path).
 // One warp per (b, i, h) row.
-__global__ void attn_bwd_preprocess_kernel(float *dsum, float *dq_acc, const bf16 *dout, const bf16 *out, int B,
+static __global__ void attn_bwd_preprocess_kernel(float *dsum, float *dq_acc, const bf16 *dout, const bf16 *out, int B,
                                            int T, int H, int hd) {
     int w = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
@@ -174,7 +174,7 @@ __global__ void attn_bwd_preprocess_kernel(float *dsum, float *dq_acc, const bf1
 }
 
 // dq for one query row per warp: dq_i = scale * sum_{j<=i} p_ij (dp_ij - D_i) k_j.
-__global__ void attn_simple_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse, const float *dsum,
+static __global__ void attn_simple_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse, const float *dsum,
                                           const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H, int KVH,
                                           int hd, float scale) {
     int w = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
@@ -205,7 +205,7 @@ __global__ void attn_simple_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const floa
 }
 
 // dk, dv for one key row (b, j, kvh) per warp, summing over the query heads of the group and queries i >= j.
-__global__ void attn_simple_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
+static __global__ void attn_simple_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
                                             const float *dsum, const bf16 *q, const bf16 *k, const bf16 *v, int B,
                                             int T, int H, int KVH, int hd, float scale) {
     int w = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
@@ -766,7 +766,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
 
 #ifndef ATTN_EMU
 // dq = bf16(dq_acc * scale), 8 elements per thread (n % 8 == 0 since hd % 8 == 0).
-__global__ void attn_dq_convert_kernel(bf16 *dq, const float *dq_acc, size_t n, float scale) {
+static __global__ void attn_dq_convert_kernel(bf16 *dq, const float *dq_acc, size_t n, float scale) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= n) return;
     float4 a = *reinterpret_cast<const float4 *>(dq_acc + i);

@@ -44,13 +44,15 @@ def stream_local(path, field, max_docs, out):
             try:
                 obj = json.loads(line)
                 text = obj[field]
+                if not isinstance(text, str):
+                    raise TypeError(f"field {field!r} is not a string")
             except (ValueError, KeyError, TypeError) as e:
                 # pass the bad line through unchanged: build/tokenize reports it with its line number
                 sys.stderr.write(f"fineweb_stream: {path}:{lineno}: bad line ({type(e).__name__}), passed on\n")
                 out.write(line if line.endswith("\n") else line + "\n")
                 n += 1
                 continue
-            if isinstance(text, str) and text:
+            if text:
                 emit(text, out)
                 n += 1
     return n

@@ -1,0 +1,163 @@
+// End-to-end tests of build/tokenize (and scripts/fineweb_stream.py --local-jsonl when python3 exists):
+// text and JSONL inputs to shards, EOT before each document, train/val split, shard size, bad JSONL lines
+// (fatal by default with the line number, skipped with --skip-bad-lines). Uses a byte-only tokenizer.json
+// written by the test, so no downloaded data is needed; decoding the shards must give back the documents.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "dataloader/shard.h"
+#include "dataloader/tokenizer.h"
+
+static char dir[256], tokp[512];
+
+static void write_file(const char *path, const char *s) { FILE *f = fopen(path, "wb"); assert_non_null(f); fputs(s, f); fclose(f); }
+
+// Byte-level vocab (byte b -> id b+1), merge "t h" -> 257, eot "<|endoftext|>" = 0.
+static void write_tokenizer(void) {
+    FILE *f = fopen(tokp, "w");
+    fprintf(f, "{\"model\":{\"type\":\"BPE\",\"vocab\":{");
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int keep = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+        int cp = keep ? b : 256 + n++;
+        fprintf(f, "\"\\u%04x\":%d,", cp, b + 1);
+    }
+    fprintf(f, "\"th\":257},\"merges\":[\"t h\"]},\"added_tokens\":[{\"id\":0,\"content\":\"<|endoftext|>\",\"special\":true}],"
+               "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}}");
+    fclose(f);
+}
+
+static int run(const char *cmd) {
+    char full[4096]; snprintf(full, sizeof full, "%s > %s/out.txt 2> %s/err.txt", cmd, dir, dir);
+    int rc = system(full);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+static char *read_txt(const char *name) {
+    char p[512]; snprintf(p, sizeof p, "%s/%s", dir, name);
+    size_t n; const char *e; char *s = sllm_read_file(p, &n, &e);
+    assert_non_null(s);
+    return s;
+}
+
+// Decodes a shard; returns the bytes (documents each preceded by "<|endoftext|>").
+static char *decode_shard(const char *name, const Tokenizer *t, uint64_t *ntok) {
+    char p[512], err[512]; snprintf(p, sizeof p, "%s/%s", dir, name);
+    Shard s;
+    if (shard_open(&s, p, tokenizer_vocab_size(t), err, sizeof err) != 0) fail_msg("%s", err);
+    int32_t *ids = malloc(s.num_tokens * 4 + 4);
+    shard_read_tokens(&s, 0, s.num_tokens, ids);
+    char *out; size_t ol;
+    assert_int_equal(tokenizer_decode(t, ids, s.num_tokens, &out, &ol), 0);
+    *ntok = s.num_tokens;
+    free(ids); shard_close(&s);
+    return out;
+}
+
+static void test_text_files(void **state) {
+    (void)state;
+    char a[512], b[512], cmd[2048], err[512];
+    snprintf(a, sizeof a, "%s/a.txt", dir); snprintf(b, sizeof b, "%s/b.txt", dir);
+    write_file(a, "the first document\nwith two lines\n");
+    write_file(b, "doc one||doc two||||doc three");
+    Tokenizer *t = tokenizer_load(tokp, err, sizeof err);
+    assert_non_null(t);
+    // two files, one document each, val every 2nd document
+    snprintf(cmd, sizeof cmd, "./build/tokenize -q -t %s -o %s/o1 -p x -v 0.5 %s %s", tokp, dir, a, b);
+    assert_int_equal(run(cmd), 0);
+    uint64_t n1, n2;
+    char *tr = decode_shard("o1/x_train_000000.bin", t, &n1), *va = decode_shard("o1/x_val_000000.bin", t, &n2);
+    assert_string_equal(tr, "<|endoftext|>the first document\nwith two lines\n");
+    assert_string_equal(va, "<|endoftext|>doc one||doc two||||doc three");
+    free(tr); free(va);
+    // delimiter: 3 documents from b.txt (the empty one skipped), no val, shards of 8 tokens
+    snprintf(cmd, sizeof cmd, "./build/tokenize -q -t %s -o %s/o2 -p y -v 0 -d '||' -s 8 %s", tokp, dir, b);
+    assert_int_equal(run(cmd), 0);
+    char *out = read_txt("out.txt");
+    assert_non_null(strstr(out, "train: 3 docs"));
+    free(out);
+    // "<eot>doc one<eot>doc two<eot>doc three" = 1+7 + 1+7 + 1+8 ("th" merges) = 25 tokens -> shards 8, 8, 8, 1
+    char all[256] = ""; uint64_t total = 0;
+    for (int i = 0; i < 4; i++) {
+        char name[64]; snprintf(name, sizeof name, "o2/y_train_%06d.bin", i);
+        uint64_t k; char *s = decode_shard(name, t, &k);
+        assert_int_equal(k, i < 3 ? 8 : 1);
+        strcat(all, s); total += k; free(s);
+    }
+    assert_int_equal(total, 25);
+    assert_string_equal(all, "<|endoftext|>doc one<|endoftext|>doc two<|endoftext|>doc three");
+    char p5[512]; snprintf(p5, sizeof p5, "%s/o2/y_train_000004.bin", dir);
+    assert_int_equal(access(p5, F_OK), -1);
+    tokenizer_free(t);
+    assert_int_equal(run("./build/tokenize -h"), 0);
+    out = read_txt("out.txt");
+    const char *flags[] = {"--tokenizer", "--out", "--prefix", "--format", "--field", "--delimiter", "--shard-size", "--val-frac",
+                           "--skip-bad-lines", "--sep-token", "--allow-special", "--threads", "--max-tokens", "--total-bytes", "--quiet"};
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) assert_non_null(strstr(out, flags[i]));
+    free(out);
+}
+
+static void test_jsonl_and_bad_lines(void **state) {
+    (void)state;
+    char j[512], cmd[2048], err[512];
+    snprintf(j, sizeof j, "%s/in.jsonl", dir);
+    write_file(j, "{\"text\": \"alpha \\u00e9\\ud83d\\ude00\"}\n{\"text\": \"beta\"}\n\n{\"text\": 5}\n{\"text\": \"gamma\", \"id\": 1}\n{broken\n{\"text\": \"delta\"}\n");
+    Tokenizer *t = tokenizer_load(tokp, err, sizeof err);
+    // default: the first bad line is fatal, named by its line number
+    snprintf(cmd, sizeof cmd, "./build/tokenize -q -t %s -o %s/o3 -p z -v 0 %s", tokp, dir, j);
+    assert_int_not_equal(run(cmd), 0);
+    char *e = read_txt("err.txt");
+    assert_non_null(strstr(e, "in.jsonl:4: bad JSONL line (field is not a string"));
+    free(e);
+    // --skip-bad-lines: lines 4 and 6 reported and skipped, from stdin
+    snprintf(cmd, sizeof cmd, "./build/tokenize -q -t %s -o %s/o4 -p z -v 0 -f jsonl --skip-bad-lines - < %s", tokp, dir, j);
+    assert_int_equal(run(cmd), 0);
+    e = read_txt("err.txt");
+    assert_non_null(strstr(e, "stdin:4:")); assert_non_null(strstr(e, "stdin:6: bad JSONL line (not valid JSON"));
+    free(e);
+    uint64_t n; char *s = decode_shard("o4/z_train_000000.bin", t, &n);
+    assert_string_equal(s, "<|endoftext|>alpha \xc3\xa9\xf0\x9f\x98\x80<|endoftext|>beta<|endoftext|>gamma<|endoftext|>delta");
+    free(s);
+    // the fineweb helper's local mode feeds the same pipeline (python3 standard library only)
+    if (system("python3 -c 'import json' >/dev/null 2>&1") == 0) {
+        snprintf(cmd, sizeof cmd, "python3 scripts/fineweb_stream.py --local-jsonl %s --max-docs 3 | ./build/tokenize -q -t %s -o %s/o5 -p fw -v 0 -f jsonl --skip-bad-lines -", j, tokp, dir);
+        assert_int_equal(run(cmd), 0);
+        s = decode_shard("o5/fw_train_000000.bin", t, &n);
+        assert_string_equal(s, "<|endoftext|>alpha \xc3\xa9\xf0\x9f\x98\x80<|endoftext|>beta");  // doc 3 = bad line 4, skipped
+        free(s);
+    } else {
+        print_message("python3 missing: fineweb_stream.py --local-jsonl part not run\n");
+    }
+    tokenizer_free(t);
+}
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/sllm_test_tool_XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    snprintf(tokp, sizeof tokp, "%s/tokenizer.json", dir);
+    write_tokenizer();
+    if (access("build/tokenize", X_OK) != 0) { fprintf(stderr, "build/tokenize missing (run make)\n"); return -1; }
+    return 0;
+}
+static int teardown(void **state) {
+    (void)state;
+    char cmd[512]; snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_text_files),
+        cmocka_unit_test(test_jsonl_and_bad_lines),
+    };
+    return cmocka_run_group_tests_name("tokenizer_tool", tests, setup, teardown);
+}

@@ -2,6 +2,7 @@
 # One GPU-machine call for the whole team: build everything, then run each area's script.
 # Usage (on the GPU machine, from the repo root): bash dev/device/all.sh [area ...]
 # Areas: ref data twell attn train (default: all that exist). Logs under $OUT.
+# AREA_TIMEOUT (seconds, default 300) caps each area so one hang cannot eat the whole call.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export OUT
 [ -d .deps ] || bash scripts/deps_unpack.sh
@@ -16,7 +17,8 @@ for a in "${areas[@]}"; do
   t0=$(date +%s)
   echo "== $a"
   # Only 8 files come back from the machine: each area gets a private OUT, folded into one log.
-  sub=$(mktemp -d); OUT=$sub bash "$s" > "$sub/stdout.txt" 2>&1; r=$?
+  lim=${AREA_TIMEOUT:-300}
+  sub=$(mktemp -d); OUT=$sub timeout -k 5 "$lim" bash "$s" > "$sub/stdout.txt" 2>&1; r=$?
   { for f in "$sub"/*; do echo "##### $(basename "$f")"; cat "$f"; done; } > "$OUT/$a.log"
   rm -rf "$sub"
   grep -v '^#####' "$OUT/$a.log" | tail -25

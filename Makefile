@@ -67,6 +67,7 @@ ALL_CPU := $(LIB) $(TOOLS) $(CPU_TESTS)
 ALL_GPU := $(CUDA_BINS) $(GPU_TESTS) $(BENCHES)
 
 .PHONY: all cpu gpu test clean
+.SECONDARY: $(TEST_SUPPORT_OBJS) $(LIB_OBJS)
 all: cpu gpu
 cpu: $(ALL_CPU)
 ifeq ($(HAVE_NVCC),1)

@@ -17,6 +17,8 @@
 // products are reduced (warp butterfly, then a fixed-order sum over warps in shared memory: one
 // __syncthreads per group, deterministic), h = g * u in fp32 (not rounded), y += h * WdT row in fp32.
 // Products are fp32 FMAs of upcast bf16 values. Output rounded to bf16 (round to nearest) once.
+// X, the TwELL row and Y are streamed (__ldcs/__stcs, evict-first) so that they do not push the weight
+// rows (Wu + WdT = 46 MB at D 2048, F 5632: about the L2 size) out of L2.
 #ifndef SLLM_TWELL_UPDOWN_CUH
 #define SLLM_TWELL_UPDOWN_CUH
 
@@ -32,7 +34,7 @@ __device__ __forceinline__ void twell_bf16x8_to_f32(const uint4 v, float f[8]) {
     }
 }
 
-template <int NT, int CH, int G, bool GATED>
+template <int NT, int CH, int G, bool GATED, bool FENCE>
 __global__ void __launch_bounds__(NT)
 twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X, const bf16 *__restrict__ Wu,
                     const bf16 *__restrict__ WdT, bf16 *__restrict__ Y, int M, int D, int F, int words) {
@@ -50,7 +52,7 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
     const uint32_t *trow = tw + (size_t)row * row_words;
 
     // 1. tile counts, overflow test, exclusive scan (warp 0).
-    for (int t = tid; t < tiles; t += NT) s_off[t] = (int)trow[(size_t)t * words];
+    for (int t = tid; t < tiles; t += NT) s_off[t] = (int)__ldcs(trow + (size_t)t * words);
     __syncthreads();
     if (warp == 0) {
         int carry = 0, ovf = 0;
@@ -77,7 +79,7 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
     for (int w = tid; w < row_words; w += NT) {
         int t = w / words, k = w - t * words;
         if (k >= 1 && k <= s_off[t + 1] - s_off[t]) {
-            uint32_t word = trow[w];
+            uint32_t word = __ldcs(trow + w);
             int idx = s_off[t] + k - 1;
             s_col[idx] = t * TWELL_TILE + (int)(word & 0xFFu);
             s_g[idx] = __uint_as_float(word & 0xFFFF0000u);
@@ -94,7 +96,7 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
         for (int e = 0; e < 8; e++) { acc[k][e] = 0.0f; xf[k][e] = 0.0f; }
         const int ci = tid + k * NT;
         if (GATED && ci < nchunks)
-            twell_bf16x8_to_f32(*reinterpret_cast<const uint4 *>(X + (size_t)row * D + (size_t)ci * 8), xf[k]);
+            twell_bf16x8_to_f32(__ldcs(reinterpret_cast<const uint4 *>(X + (size_t)row * D + (size_t)ci * 8)), xf[k]);
     }
 
     int buf = 0;
@@ -116,6 +118,14 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
                     wd[j][k] = __ldg(reinterpret_cast<const uint4 *>(WdT + (size_t)col * D + (size_t)ci * 8));
                 }
             }
+        }
+        if (FENCE) {  // all 2*G*CH loads must have landed here: ptxas issues them back to back (max in flight)
+#pragma unroll
+            for (int j = 0; j < G; j++)
+#pragma unroll
+                for (int k = 0; k < CH; k++)
+                    asm volatile("" ::"r"(wu[j][k].x), "r"(wu[j][k].y), "r"(wu[j][k].z), "r"(wu[j][k].w),
+                                 "r"(wd[j][k].x), "r"(wd[j][k].y), "r"(wd[j][k].z), "r"(wd[j][k].w));
         }
         float h[G];
         if (GATED) {
@@ -173,7 +183,7 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
                 __nv_bfloat162 b = __floats2bfloat162_rn(acc[k][2 * i], acc[k][2 * i + 1]);
                 ow[i] = *reinterpret_cast<uint32_t *>(&b);
             }
-            *reinterpret_cast<uint4 *>(Y + (size_t)row * D + (size_t)ci * 8) = o;
+            __stcs(reinterpret_cast<uint4 *>(Y + (size_t)row * D + (size_t)ci * 8), o);
         }
     }
 }
@@ -186,7 +196,9 @@ enum {
     TWELL_UPDOWN_128_G8 = 3,  // NT 128, G 8 (D <= 2048)
     TWELL_UPDOWN_256_G8 = 4,  // NT 256, G 8 (D <= 2048)
     TWELL_UPDOWN_128_G2 = 5,  // NT 128, G 2 (D <= 4096)
-    TWELL_UPDOWN_NUM_VARIANTS = 6,
+    TWELL_UPDOWN_128_G4_FENCE = 6,  // as 128_G4 (D <= 2048) with all loads of a group forced in flight together
+    TWELL_UPDOWN_256_G8_FENCE = 7,  // as 256_G8 (D <= 2048), fenced
+    TWELL_UPDOWN_NUM_VARIANTS = 8,
 };
 
 static inline const char *twell_updown_variant_name(int v) {
@@ -197,19 +209,21 @@ static inline const char *twell_updown_variant_name(int v) {
     case TWELL_UPDOWN_128_G8: return "nt128_g8";
     case TWELL_UPDOWN_256_G8: return "nt256_g8";
     case TWELL_UPDOWN_128_G2: return "nt128_g2";
+    case TWELL_UPDOWN_128_G4_FENCE: return "nt128_g4_fence";
+    case TWELL_UPDOWN_256_G8_FENCE: return "nt256_g8_fence";
     default: return "?";
     }
 }
 
-template <int NT, int CH, int G, bool GATED>
+template <int NT, int CH, int G, bool GATED, bool FENCE = false>
 static inline void twell_updown_launch_t(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
                                          int M, int D, int F, int words, cudaStream_t stream) {
     const int tiles = F / TWELL_TILE;
     size_t smem = sizeof(int) * (size_t)(tiles + 1) + (sizeof(int) + sizeof(float)) * (size_t)tiles * (words - 1);
     if (smem > 48 * 1024)
-        cudaCheck(cudaFuncSetAttribute(twell_updown_kernel<NT, CH, G, GATED>,
+        cudaCheck(cudaFuncSetAttribute(twell_updown_kernel<NT, CH, G, GATED, FENCE>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    twell_updown_kernel<NT, CH, G, GATED><<<M, NT, smem, stream>>>(tw, X, Wu, WdT, Y, M, D, F, words);
+    twell_updown_kernel<NT, CH, G, GATED, FENCE><<<M, NT, smem, stream>>>(tw, X, Wu, WdT, Y, M, D, F, words);
     cudaCheckLaunch();
 }
 
@@ -240,6 +254,8 @@ static inline int twell_updown_launch_g(int variant, const uint32_t *tw, const b
     case TWELL_UPDOWN_256_G4:
     case TWELL_UPDOWN_256_G8:
     case TWELL_UPDOWN_128_G8:
+    case TWELL_UPDOWN_128_G4_FENCE:
+    case TWELL_UPDOWN_256_G8_FENCE:
         if (nchunks > 256) {
             fprintf(stderr, "error: twell_updown: variant %s needs D <= 2048 (got D=%d)\n",
                     twell_updown_variant_name(variant), D);
@@ -247,7 +263,9 @@ static inline int twell_updown_launch_g(int variant, const uint32_t *tw, const b
         }
         if (variant == TWELL_UPDOWN_256_G4) twell_updown_launch_t<256, 1, 4, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
         else if (variant == TWELL_UPDOWN_256_G8) twell_updown_launch_t<256, 1, 8, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        else twell_updown_launch_t<128, 2, 8, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        else if (variant == TWELL_UPDOWN_128_G8) twell_updown_launch_t<128, 2, 8, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        else if (variant == TWELL_UPDOWN_128_G4_FENCE) twell_updown_launch_t<128, 2, 4, GATED, true>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
+        else twell_updown_launch_t<256, 1, 8, GATED, true>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
         return TWELL_OK;
     default:
         fprintf(stderr, "error: twell_updown: unknown variant %d (expected 0..%d)\n", variant,

@@ -277,7 +277,8 @@ static void run_shapes(int gated) {
         r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto");
         // Every up/down variant that takes this D.
         for (int v = 1; v < TWELL_UPDOWN_NUM_VARIANTS; v++) {
-            if (sh.D > 2048 && (v == TWELL_UPDOWN_256_G4 || v == TWELL_UPDOWN_256_G8 || v == TWELL_UPDOWN_128_G8))
+            if (sh.D > 2048 && (v == TWELL_UPDOWN_256_G4 || v == TWELL_UPDOWN_256_G8 || v == TWELL_UPDOWN_128_G8 ||
+                                v == TWELL_UPDOWN_128_G4_FENCE || v == TWELL_UPDOWN_256_G8_FENCE))
                 continue;
             ws.updown_variant = v;
             char name[64];

@@ -417,8 +417,9 @@ int main(int argc, char **argv) {
             }
             if (o.sample_every > 0 && step > 0 && (step % o.sample_every == 0 || last))
                 generate_sample(&model, tok, o.sample_tokens, o.temperature, o.seed + 1337, &lg);
-            int want_ckpt = o.out && o.ckpt_every >= 0 && step > start_step &&
-                            ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last || step == o.stop_at);
+            int want_ckpt = o.out && step > start_step &&
+                            (step == o.stop_at ||
+                             (o.ckpt_every >= 0 && ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last)));
             if (want_ckpt) {
                 ts.magic = TRAIN_STATE_MAGIC; ts.version = 1; ts.step = step; ts.total_params = model.lay.total;
                 ts.B = B; ts.T = T; ts.grad_accum = accum; ts.has_loader = train != NULL; ts.seed = o.seed;

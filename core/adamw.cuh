@@ -1,8 +1,8 @@
 // core/adamw.cuh: AdamW update with fp32 master weights, fp32 state, bf16 working weights.
 //
 //   grad, master, m, v [n] fp32;  param [n] bf16 (written as round_to_nearest_even(master))
-//   g = grad * clip, clip = (max_norm > 0 && norm > max_norm) ? max_norm / (norm + 1e-6) : 1
-//       (norm read from the device: no host round trip; PyTorch clip_grad_norm_ semantics)
+//   g = grad * clip, clip = (max_norm > 0 && norm > max_norm) ? max_norm / norm : 1
+//       (norm read from the device: no host round trip; same as ref_clip_grad_norm)
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   master -= lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * master )
 // Weight decay is chosen per tensor by the caller (ParamTensor.weight_decay): launch once per tensor.
@@ -25,7 +25,7 @@ __global__ void adamw_kernel(bf16 *param, float *master, float *m, float *v, con
     float clip = 1.0f;
     if (norm && max_norm > 0.0f) {
         float nv = *norm;
-        if (nv > max_norm) clip = max_norm / (nv + 1e-6f);
+        if (nv > max_norm) clip = max_norm / nv;  // as ref_clip_grad_norm
     }
     float g = grad[i] * clip;
     float mi = b1 * m[i] + (1.0f - b1) * g;

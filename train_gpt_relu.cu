@@ -292,8 +292,18 @@ int main(int argc, char **argv) {
         if (ckpt_load(dir, &cfg, &init_params, &dt, err, sizeof err) != 0)
             SLLM_FATAL("cannot load checkpoint %s: %s", dir, err);
         printf("loaded weights and config from %s (%s)\n", dir, st_dtype_name(dt));
-        if (o.vocab || o.d_model || o.n_layer || o.n_head || o.n_kv_head || o.head_dim || o.d_ff || o.nongated)
-            SLLM_FATAL("model shape options cannot be combined with --init-from / --resume (the checkpoint fixes the shape)");
+        // Shape options may be repeated on --resume (same command line), but must match the checkpoint.
+        struct { const char *name; int given, cli, ck; } chk[] = {
+            {"vocab", o.vocab != 0, o.vocab, cfg.vocab_size},   {"d-model", o.d_model != 0, o.d_model, cfg.d_model},
+            {"layers", o.n_layer != 0, o.n_layer, cfg.n_layer}, {"heads", o.n_head != 0, o.n_head, cfg.n_head},
+            {"kv-heads", o.n_kv_head != 0, o.n_kv_head, cfg.n_kv_head},
+            {"head-dim", o.head_dim != 0, o.head_dim, cfg.head_dim}, {"d-ff", o.d_ff != 0, o.d_ff, cfg.d_ff},
+            {"max-seq", o.max_seq != 0, o.max_seq, cfg.max_seq}, {"nongated", o.nongated != 0, 0, cfg.gated},
+        };
+        for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
+            if (chk[i].given && chk[i].cli != chk[i].ck)
+                SLLM_FATAL("--%s %d differs from the checkpoint %s (%d there): the checkpoint fixes the model shape",
+                           chk[i].name, chk[i].cli, dir, chk[i].ck);
     } else {
         if (!config_from_preset(o.preset, &cfg)) {
             fprintf(stderr, "error: unknown preset \"%s\"; known presets:", o.preset);

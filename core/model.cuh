@@ -53,6 +53,7 @@ typedef struct {
     int recompute;     // 0: store all; 1: recompute h; 2: also recompute ln1/ln2
     int chunk;         // classifier rows per chunk
     int Q, KV, G;      // H*hd, KVH*hd, gated ? 2 : 1
+    size_t lse_stride; // floats per layer in lse (B*T*H rounded up to 64: 256-byte aligned slices)
     // parameters / gradients / optimizer
     bf16 *params;      // [total] bf16 working weights
     float *grads;      // [total] fp32
@@ -140,6 +141,7 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
     if (chunk < (size_t)T) chunk = T;
     if (chunk > N) chunk = N;
     m->chunk = (int)chunk;
+    m->lse_stride = (N * H + 63) & ~(size_t)63;
 
     cudaCheck(cudaStreamCreate(&m->stream));
     matmul_context_init(&m->mm);
@@ -170,7 +172,7 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
         {"rstdf [N]", (void **)&m->rstdf, N * 4},
         {"qkv [L,N,Q+2KV]", (void **)&m->qkv, L * N * (Q + 2 * KV) * 2},
         {"att [L,N,Q]", (void **)&m->att, L * N * Q * 2},
-        {"lse [L,B,H,T]", (void **)&m->lse, L * N * H * 4},
+        {"lse [L,B,H,T]", (void **)&m->lse, L * m->lse_stride * 4},
         {"gu [L,G,N,F]", (void **)&m->gu, L * G * N * F * 2},
         {"h [L,N,F]", (void **)&m->h, Lh * N * F * 2},
         {"y [N,D]", (void **)&m->y, N * D * 2},
@@ -360,7 +362,7 @@ static inline void model_forward(Model *m, const int *inputs, const int *targets
         float *rstd1 = m->rstd1 + l * NA, *rstd2 = m->rstd2 + l * NA;
         bf16 *q = m->qkv + l * NA * (Q + 2 * KV), *k = q + (size_t)N * Q, *v = k + (size_t)N * KV;
         bf16 *att = m->att + l * NA * Q;
-        float *lse = m->lse + l * NA * H;
+        float *lse = m->lse + l * m->lse_stride;
         bf16 *gu = m->gu + l * G * NA * F;
         bf16 *h = m->h + (m->recompute >= 1 ? 0 : l) * NA * F;
         if (l == 0) rmsnorm_forward(ln1, rstd1, x, model_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
@@ -432,7 +434,7 @@ static inline void model_backward(Model *m, float l1_coef) {
         float *rstd1 = m->rstd1 + l * NA, *rstd2 = m->rstd2 + l * NA;
         bf16 *q = m->qkv + l * NA * (Q + 2 * KV), *k = q + (size_t)N * Q, *v = k + (size_t)N * KV;
         bf16 *att = m->att + l * NA * Q;
-        float *lse = m->lse + l * NA * H;
+        float *lse = m->lse + l * m->lse_stride;
         bf16 *gu = m->gu + l * G * NA * F;
         bf16 *h = m->h + (m->recompute >= 1 ? 0 : l) * NA * F;
         // ---- FFN: res_out = xm + h Wd^T

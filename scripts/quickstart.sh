@@ -26,8 +26,8 @@ if [ $gpu = 1 ]; then
   make -j"$(nproc)" build/train_gpt_relu >/dev/null
   echo "quickstart: GPU found ($(nvidia-smi -L | head -1)); training preset 'small' for ${SECS}s into $OUTDIR"
   ./build/train_gpt_relu --train "$DATA/brown_train_*.bin" --val "$DATA/brown_val_*.bin" \
-      --preset small --vocab 50304 --batch 8 --seq 1024 --steps 3000 --warmup 100 --lr 1e-3 --final-lr-frac 0.1 \
-      --l1 5e-5 --eval-every 250 --eval-batches 8 --sample-every 1000 --sample-tokens 64 --log-stats-every 50 \
+      --preset small --vocab 50304 --batch 8 --seq 512 --steps 2000 --warmup 100 --lr 6e-4 --final-lr-frac 0.1 \
+      --l1 5e-5 --eval-every 200 --eval-batches 8 --sample-every 1000 --sample-tokens 64 --log-stats-every 50 \
       --ckpt-every 0 --time-limit "$SECS" --out "$OUTDIR" "${tok[@]}"
   echo "quickstart: done. Log: $OUTDIR/train.log; checkpoint: $(ls -d "$OUTDIR"/ckpt_* | tail -1)"
 else

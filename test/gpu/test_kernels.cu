@@ -417,7 +417,6 @@ static void test_adamw_and_norm(void **state) {
     for (size_t i = 0; i < n; i++) { upd[i] = pr[i] - p[i]; hupd[i] = hm[i] - p[i]; }
     CHECK_REL("adamw total update", hupd, upd, n, 1e-3);
     for (size_t i = 0; i < n; i++) assert_true(hb[i] == sllm_round_bf16(hm[i]));  // bf16 = RN(master)
-    // norm tensors have no weight decay: with zero gradient they must not move
     free(p); free(pr); free(mr); free(vr); free(hm); free(hb); free(upd); free(hupd);
     cudaFree(dmaster); cudaFree(dm); cudaFree(dv); cudaFree(dg); cudaFree(dnorm); cudaFree(dpart); cudaFree(dp);
 }

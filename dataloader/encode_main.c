@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "common.h"
 #include "dataloader/tokenizer.h"
 
@@ -14,6 +16,7 @@ static void usage(void) {
            "  -s        recognise special tokens (e.g. <|endoftext|>) written in the text\n"
            "  -l        each input line (without its newline) is a separate text; one line of ids per input line\n"
            "  -o FILE   write ids as int32 little-endian to FILE instead of printing them\n"
+           "  -J        input is a JSON array of strings; one line of ids per string\n"
            "  -d        decode: read whitespace-separated ids and write the bytes to stdout\n"
            "  -b N      benchmark: encode the whole input N times on one core, print MB/s (no ids output)\n"
            "  -h        this help\n");
@@ -34,7 +37,7 @@ static char *read_all(const char *path, size_t *n) {
 
 int main(int argc, char **argv) {
     const char *tok_path = NULL, *out_path = NULL, *in_path = NULL;
-    int special = 0, lines = 0, decode = 0, bench = 0;
+    int special = 0, lines = 0, decode = 0, bench = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) tok_path = argv[++i];
         else if (!strcmp(argv[i], "-o") && i + 1 < argc) out_path = argv[++i];
@@ -42,6 +45,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-s")) special = 1;
         else if (!strcmp(argv[i], "-l")) lines = 1;
         else if (!strcmp(argv[i], "-d")) decode = 1;
+        else if (!strcmp(argv[i], "-J")) json = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(); return 0; }
         else if (argv[i][0] == '-' && argv[i][1]) { fprintf(stderr, "encode: unknown option %s\n", argv[i]); usage(); return 2; }
         else in_path = argv[i];
@@ -69,6 +73,19 @@ int main(int argc, char **argv) {
     }
     TokEncoder *e = tok_encoder_new(t);
     int32_t *ids = NULL; size_t nids = 0, cap = 0;
+    if (json) {
+        cJSON *root = cJSON_ParseWithLength(text, n), *it;
+        if (!cJSON_IsArray(root)) SLLM_FATAL("-J: input is not a JSON array of strings");
+        cJSON_ArrayForEach(it, root) {
+            if (!cJSON_IsString(it)) SLLM_FATAL("-J: array element is not a string");
+            nids = 0;
+            if (tok_encoder_encode(e, it->valuestring, strlen(it->valuestring), flags, &ids, &nids, &cap) != 0) SLLM_FATAL("encode failed");
+            for (size_t i = 0; i < nids; i++) printf(i ? " %d" : "%d", ids[i]);
+            printf("\n");
+        }
+        cJSON_Delete(root);
+        return 0;
+    }
     if (bench > 0) {
         double t0 = sllm_time_s();
         for (int r = 0; r < bench; r++) {

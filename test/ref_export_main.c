@@ -62,7 +62,7 @@ static void export_one(const char *out_dir, const char *name, int H, int KVH, in
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
+    if (argc != 2 || argv[1][0] == '-') {
         fprintf(stderr, "usage: %s OUT_DIR\n  writes OUT_DIR/mha and OUT_DIR/gqa (checkpoint + reference.json) for dev/hf_interop.py\n", argv[0]);
         return 2;
     }

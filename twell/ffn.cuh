@@ -14,14 +14,20 @@
 //
 // Dense path: cuBLASLt gate and up GEMMs, relu*mul, down GEMM (chunks of dense_chunk_rows rows).
 //
-// Dispatch (TWELL_PATH_AUTO): sparse when the estimated mean active gates per token <= sparse_max_nnz
-// and the last seen overflow-row fraction <= sparse_max_ovf_frac, else dense. The estimate is the
-// caller's hint (nnz_hint >= 0), else the previous call's measured mean (both paths measure it on the
-// device; the dense path's count is read back at the next call, so it costs no sync), else sparse
-// (measures). With a hint, the hint alone decides. Default threshold TWELL_DEFAULT_SPARSE_MAX_NNZ: see dev/bench/bench_ffn.cu, which
-// measures the crossover (sparse time = dense time) and prints the value to use.
+// Dispatch (TWELL_PATH_AUTO): a cost model (TWELL_DISPATCH_*, TwellDispatchModel) predicts the sparse
+// / dense time ratio from the estimated mean active gates per token and the overflow-row fraction;
+// sparse when it is below 1 - margin, dense above 1 + margin, the previous path in between
+// (hysteresis). The estimate is the caller's hint (nnz_hint >= 0), else the previous call's measured
+// mean (both paths measure it on the device; the dense path's count is read back at the next call, so
+// it costs no sync), else sparse (measures). twell_ffn_calibrate fits the model on real data.
+//
+// Options (all selectable, all covered by test_twell, all timed by dev/bench/bench_ffn.cu):
+//   ws->gate_variant (TWELL_GATE_*), twell_ffn_set_gate_chunk, ws->updown_variant (TWELL_UPDOWN_*),
+//   twell_ffn_set_interleaved (weights [F, 2, D]), twell_ffn_set_l2_persist (L2 window on the weights).
 #ifndef SLLM_TWELL_FFN_CUH
 #define SLLM_TWELL_FFN_CUH
+
+#include <algorithm>
 
 #include "cuda_common.cuh"
 #include "matmul.cuh"
@@ -30,8 +36,26 @@
 #include "twell/gate.cuh"
 #include "twell/updown.cuh"
 
-#define TWELL_DEFAULT_SPARSE_MAX_NNZ 64.0
-#define TWELL_DEFAULT_SPARSE_MAX_OVF_FRAC 0.25
+// Dispatch cost model (AUTO), in units of the dense FFN time on the same rows:
+//   predicted sparse / dense = s0 + s1 * mean_nnz + fovf * overflow_row_fraction
+// Sparse runs when that is < 1 - margin, dense when > 1 + margin; in between the previous path is kept
+// (hysteresis: no flip-flopping on noise near the crossover; the cost of a wrong pick there is at most
+// ~margin). Crossover nnz* = (1 - s0) / s1. twell_ffn_calibrate() measures s0 and s1 on the caller's
+// own data and GPU (recommended once at start-up); the defaults below are used until then.
+// Defaults: H200, D 2048, F 5632, M 65536. Measured with the first code (gate 2048-row chunks, serial;
+// up/down nt128_g4): sparse/dense = 0.54 (nnz 8), 0.80 (29), 1.01 (64), 1.60 (128), 2.7 (256) ->
+// s0 0.565, s1 0.0081, crossover ~54-63. The defaults (s0 0.44, s1 0.007 -> crossover 80) are the
+// PREDICTION for the current defaults (overlapped gate in 8192-row chunks ~ -0.5 ms, up/down nt128_g2
+// ~ -20%); refresh them from bench_ffn's "calibrated model" line.
+#define TWELL_DISPATCH_S0 0.44
+#define TWELL_DISPATCH_S1 0.007
+#define TWELL_DISPATCH_FOVF 1.2
+#define TWELL_DISPATCH_MARGIN 0.03
+
+typedef struct {
+    double s0, s1, fovf, margin;
+    int calibrated;  // 1 after twell_ffn_calibrate
+} TwellDispatchModel;
 
 typedef enum { TWELL_PATH_AUTO = 0, TWELL_PATH_DENSE = 1, TWELL_PATH_SPARSE = 2 } TwellPath;
 
@@ -43,11 +67,19 @@ typedef struct {
 
 typedef struct {
     int max_M, D, F, C, gated;
-    int gate_variant;     // TWELL_GATE_*
-    int updown_variant;   // TWELL_UPDOWN_*
-    int gate_chunk_rows;  // rows per gate GEMM + pack chunk (scratch stays in L2); <= gate_scratch_rows
+    int gate_variant;     // TWELL_GATE_* (default TWELL_GATE_DEFAULT)
+    int updown_variant;   // TWELL_UPDOWN_* (default AUTO = TWELL_UPDOWN_DEFAULT)
+    int gate_chunk_rows;  // rows per gate GEMM + pack chunk; <= gate_scratch_rows (twell_ffn_set_gate_chunk)
     int gate_scratch_rows;
-    double sparse_max_nnz, sparse_max_ovf_frac;
+    TwellDispatchModel model;
+    // Interleaved up/down weights [F, 2, D] (twell_interleave_weights), owned by the caller; NULL = use
+    // Wu / WdT as passed. Set with twell_ffn_set_interleaved; must hold the same values as Wu / WdT.
+    const bf16 *Wi;
+    // L2 persistence window over the up/down weights during the up/down kernel (twell_ffn_set_l2_persist).
+    int l2_persist;
+    size_t l2_prev_limit;   // cudaLimitPersistingL2CacheSize before enabling (restored on disable)
+    size_t l2_limit;        // the limit set (bytes)
+    int l2_max_window;      // cudaDevAttrMaxAccessPolicyWindowSize
     // device buffers
     uint32_t *tw;                 // [max_M, F/C]
     int *ovf_flag, *ovf_list;     // [max_M]
@@ -57,11 +89,14 @@ typedef struct {
     unsigned long long *dense_nnz_host;  // pinned
     cudaEvent_t dense_nnz_ready;
     int dense_nnz_pending, dense_nnz_pending_M;
-    bf16 *gate_scratch;           // [gate_chunk_rows, F]
+    bf16 *gate_scratch[2];        // 2 x [gate_scratch_rows, F] (the serial variant uses [0])
+    cudaStream_t pack_stream;     // side stream of the overlapped gate (non-blocking)
+    cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
     // dispatch state
     double last_mean_nnz;  // -1: unknown
     double last_ovf_frac;
+    int last_path;         // path of the previous call (0: none yet), for the hysteresis
 } TwellFFNWorkspace;
 
 static inline int twell_check_shapes(int M, int D, int F, int C) {
@@ -82,11 +117,13 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     if (e) return e;
     if (max_M < 1) { fprintf(stderr, "error: twell: max_M must be >= 1\n"); return TWELL_ERR_SHAPE; }
     ws->max_M = max_M; ws->D = D; ws->F = F; ws->C = C; ws->gated = gated ? 1 : 0;
-    ws->gate_variant = TWELL_GATE_CUBLAS_PACK;
+    ws->gate_variant = TWELL_GATE_DEFAULT;
     ws->updown_variant = TWELL_UPDOWN_AUTO;
-    ws->gate_chunk_rows = 2048;
-    ws->sparse_max_nnz = TWELL_DEFAULT_SPARSE_MAX_NNZ;
-    ws->sparse_max_ovf_frac = TWELL_DEFAULT_SPARSE_MAX_OVF_FRAC;
+    ws->gate_chunk_rows = 8192;
+    ws->model.s0 = TWELL_DISPATCH_S0;
+    ws->model.s1 = TWELL_DISPATCH_S1;
+    ws->model.fovf = TWELL_DISPATCH_FOVF;
+    ws->model.margin = TWELL_DISPATCH_MARGIN;
     ws->last_mean_nnz = -1.0;
     ws->last_ovf_frac = 0.0;
     ws->dense.chunk_rows = 16384;
@@ -102,7 +139,12 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     cudaCheck(cudaMalloc(&ws->dense_nnz, sizeof(unsigned long long)));
     cudaCheck(cudaMallocHost(&ws->dense_nnz_host, sizeof(unsigned long long)));
     cudaCheck(cudaEventCreateWithFlags(&ws->dense_nnz_ready, cudaEventDisableTiming));
-    cudaCheck(cudaMalloc(&ws->gate_scratch, sizeof(bf16) * (size_t)gcr * F));
+    for (int b = 0; b < 2; b++) {
+        cudaCheck(cudaMalloc(&ws->gate_scratch[b], sizeof(bf16) * (size_t)gcr * F));
+        cudaCheck(cudaEventCreateWithFlags(&ws->ev_gemm[b], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&ws->ev_pack[b], cudaEventDisableTiming));
+    }
+    cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
     size_t cr = (size_t)ws->dense.chunk_rows;
     cudaCheck(cudaMalloc(&ws->dense.xg, sizeof(bf16) * cr * D));
     cudaCheck(cudaMalloc(&ws->dense.yg, sizeof(bf16) * cr * D));
@@ -111,16 +153,143 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     return TWELL_OK;
 }
 
+// Sets the gate chunk (rows per GEMM + pack); grows the two scratch buffers if needed (synchronizes
+// the device when it reallocates). rows in [1, max_M] (larger is clamped to max_M).
+static inline int twell_ffn_set_gate_chunk(TwellFFNWorkspace *ws, int rows) {
+    if (rows < 1) {
+        fprintf(stderr, "error: twell_ffn_set_gate_chunk: rows=%d must be >= 1\n", rows);
+        return TWELL_ERR_ARG;
+    }
+    if (rows > ws->max_M) rows = ws->max_M;
+    if (rows > ws->gate_scratch_rows) {
+        cudaCheck(cudaDeviceSynchronize());
+        for (int b = 0; b < 2; b++) {
+            cudaCheck(cudaFree(ws->gate_scratch[b]));
+            cudaCheck(cudaMalloc(&ws->gate_scratch[b], sizeof(bf16) * (size_t)rows * ws->F));
+        }
+        ws->gate_scratch_rows = rows;
+    }
+    ws->gate_chunk_rows = rows;
+    return TWELL_OK;
+}
+
+// Uses Wi ([F, 2, D] from twell_interleave_weights; NULL = off) for the sparse up/down.
+static inline int twell_ffn_set_interleaved(TwellFFNWorkspace *ws, const bf16 *Wi) {
+    if ((uintptr_t)Wi & 15) {
+        fprintf(stderr, "error: twell_ffn_set_interleaved: Wi must be 16-byte aligned\n");
+        return TWELL_ERR_ARG;
+    }
+    ws->Wi = Wi;
+    return TWELL_OK;
+}
+
+// Enables (on != 0) or disables the L2 persistence window over the up/down weights. Enabling sets
+// cudaLimitPersistingL2CacheSize to the device maximum (the previous value is saved and restored on
+// disable / workspace free). Returns TWELL_ERR_ARG (message, nothing changed) if the device has no
+// persisting L2 or a call fails; the FFN then runs without the window.
+static inline int twell_ffn_set_l2_persist(TwellFFNWorkspace *ws, int on) {
+    on = on ? 1 : 0;
+    if (on == ws->l2_persist) return TWELL_OK;
+    if (!on) {
+        cudaError_t e1 = cudaCtxResetPersistingL2Cache();
+        cudaError_t e2 = cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, ws->l2_prev_limit);
+        ws->l2_persist = 0;
+        if (e1 != cudaSuccess || e2 != cudaSuccess) {
+            fprintf(stderr, "warning: twell: restoring the L2 persisting limit failed: %s / %s\n",
+                    cudaGetErrorString(e1), cudaGetErrorString(e2));
+            (void)cudaGetLastError();
+            return TWELL_ERR_ARG;
+        }
+        return TWELL_OK;
+    }
+    int dev = 0, max_persist = 0, max_window = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev));
+    cudaCheck(cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, dev));
+    if (max_persist <= 0 || max_window <= 0) {
+        fprintf(stderr, "warning: twell: this device has no persisting L2 (max %d B, window %d B): window off\n",
+                max_persist, max_window);
+        return TWELL_ERR_ARG;
+    }
+    size_t prev = 0;
+    cudaError_t e = cudaDeviceGetLimit(&prev, cudaLimitPersistingL2CacheSize);
+    if (e == cudaSuccess) e = cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, (size_t)max_persist);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "warning: twell: cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, %d) failed: %s: window off\n",
+                max_persist, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return TWELL_ERR_ARG;
+    }
+    size_t got = 0;
+    cudaCheck(cudaDeviceGetLimit(&got, cudaLimitPersistingL2CacheSize));
+    ws->l2_prev_limit = prev;
+    ws->l2_limit = got;
+    ws->l2_max_window = max_window;
+    ws->l2_persist = 1;
+    return TWELL_OK;
+}
+
 static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
     if (ws->dense_nnz_pending) cudaCheck(cudaEventSynchronize(ws->dense_nnz_ready));
+    if (ws->l2_persist) {
+        cudaCheck(cudaDeviceSynchronize());
+        twell_ffn_set_l2_persist(ws, 0);
+    }
     cudaCheck(cudaFree(ws->tw)); cudaCheck(cudaFree(ws->ovf_flag)); cudaCheck(cudaFree(ws->ovf_list));
     cudaCheck(cudaFree(ws->counters)); cudaCheck(cudaFreeHost(ws->counters_host));
     cudaCheck(cudaFree(ws->dense_nnz)); cudaCheck(cudaFreeHost(ws->dense_nnz_host));
     cudaCheck(cudaEventDestroy(ws->dense_nnz_ready));
-    cudaCheck(cudaFree(ws->gate_scratch));
+    for (int b = 0; b < 2; b++) {
+        cudaCheck(cudaFree(ws->gate_scratch[b]));
+        cudaCheck(cudaEventDestroy(ws->ev_gemm[b]));
+        cudaCheck(cudaEventDestroy(ws->ev_pack[b]));
+    }
+    cudaCheck(cudaStreamSynchronize(ws->pack_stream));
+    cudaCheck(cudaStreamDestroy(ws->pack_stream));
     cudaCheck(cudaFree(ws->dense.xg)); cudaCheck(cudaFree(ws->dense.yg));
     cudaCheck(cudaFree(ws->dense.g)); cudaCheck(cudaFree(ws->dense.u));
     memset(ws, 0, sizeof(*ws));
+}
+
+// The sparse up/down of the FFN on ws->tw (interleaved weights and the L2 window as configured).
+// Wu may be NULL when !gated. The L2 window is a launch attribute of the up/down kernel only;
+// persisting lines are reset by twell_ffn_forward after its sync (cudaCtxResetPersistingL2Cache).
+static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
+                                   int M, cudaStream_t stream) {
+    const int D = ws->D, F = ws->F;
+    const bf16 *wu = Wu, *wd = WdT;
+    int ldw = D;
+    if (ws->Wi) { wu = ws->Wi; wd = ws->Wi + D; ldw = 2 * D; }
+    if (!ws->gated && !ws->Wi) wu = WdT;  // unused by the non-gated kernel
+    cudaAccessPolicyWindow win;
+    memset(&win, 0, sizeof win);
+    if (ws->l2_persist) {
+        // One window: the interleaved buffer, or the span of Wu and WdT if it is small enough, else the
+        // matrix read first (Wu; WdT when non-gated).
+        const size_t wbytes = sizeof(bf16) * (size_t)F * D;
+        uintptr_t lo, hi;
+        if (ws->Wi) { lo = (uintptr_t)ws->Wi; hi = lo + 2 * wbytes; }
+        else if (!ws->gated) { lo = (uintptr_t)WdT; hi = lo + wbytes; }
+        else {
+            uintptr_t a = (uintptr_t)Wu, b = (uintptr_t)WdT;
+            lo = a < b ? a : b;
+            hi = (a + wbytes > b + wbytes) ? a + wbytes : b + wbytes;
+            if (hi - lo > (uintptr_t)ws->l2_max_window || hi - lo > 3 * wbytes) { lo = a; hi = a + wbytes; }
+        }
+        size_t bytes = hi - lo;
+        if (bytes > (size_t)ws->l2_max_window) bytes = (size_t)ws->l2_max_window;
+        win.base_ptr = (void *)lo;
+        win.num_bytes = bytes;
+        double ratio = (double)ws->l2_limit / (double)bytes;
+        win.hitRatio = (float)(ratio < 1.0 ? ratio : 1.0);
+        win.hitProp = cudaAccessPropertyPersisting;
+        win.missProp = cudaAccessPropertyStreaming;
+    }
+    int win_failed = 0;
+    int e = twell_updown_launch(ws->updown_variant, ws->gated, ws->tw, X, wu, wd, ldw, Y, M, D, F, ws->C, stream,
+                                ws->l2_persist ? &win : NULL, &win_failed);
+    if (win_failed) twell_ffn_set_l2_persist(ws, 0);
+    return e;
 }
 
 // Gate only: X -> ws->tw, ovf list, counters (device). Used by the FFN and by tests.
@@ -139,14 +308,36 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
     cudaCheck(cudaMemsetAsync(ws->counters, 0, sizeof(TwellCounters), stream));
     switch (ws->gate_variant) {
     case TWELL_GATE_CUBLAS_PACK:
-        twell_gate_cublas_pack(mm, X, W, M, ws->D, ws->F, ws->C, ws->gate_scratch, ws->gate_chunk_rows, ws->tw,
+        twell_gate_cublas_pack(mm, X, W, M, ws->D, ws->F, ws->C, ws->gate_scratch[0], ws->gate_chunk_rows, ws->tw,
                                ws->ovf_flag, ws->ovf_list, ws->counters, stream);
+        return TWELL_OK;
+    case TWELL_GATE_CUBLAS_PACK_OVERLAP:
+        twell_gate_cublas_pack_overlap(mm, X, W, M, ws->D, ws->F, ws->C, ws->gate_scratch, ws->gate_chunk_rows, ws->tw,
+                                       ws->ovf_flag, ws->ovf_list, ws->counters, stream, ws->pack_stream, ws->ev_gemm,
+                                       ws->ev_pack);
         return TWELL_OK;
     default:
         fprintf(stderr, "error: twell: unknown gate variant %d (expected 0..%d)\n", ws->gate_variant,
                 TWELL_GATE_NUM_VARIANTS - 1);
         return TWELL_ERR_ARG;
     }
+}
+
+// Predicted sparse / dense time ratio of the model (see TWELL_DISPATCH_*).
+static inline double twell_dispatch_predict(const TwellDispatchModel *m, double mean_nnz, double ovf_frac) {
+    return m->s0 + m->s1 * mean_nnz + m->fovf * ovf_frac;
+}
+// The nnz where the model predicts sparse = dense (no overflow).
+static inline double twell_dispatch_crossover(const TwellDispatchModel *m) {
+    return m->s1 > 0 ? (1.0 - m->s0) / m->s1 : 1e30;
+}
+// AUTO decision from an nnz estimate, with hysteresis around the crossover (prev: the last path or 0).
+static inline TwellPath twell_dispatch_decide(const TwellDispatchModel *m, double mean_nnz, double ovf_frac, int prev) {
+    const double r = twell_dispatch_predict(m, mean_nnz, ovf_frac);
+    if (r < 1.0 - m->margin) return TWELL_PATH_SPARSE;
+    if (r > 1.0 + m->margin) return TWELL_PATH_DENSE;
+    if (prev == TWELL_PATH_SPARSE || prev == TWELL_PATH_DENSE) return (TwellPath)prev;
+    return r < 1.0 ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE;
 }
 
 static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *Wg,
@@ -182,13 +373,12 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         }
     }
     if (path == TWELL_PATH_AUTO) {
-        if (nnz_hint >= 0)  // the caller's estimate decides alone
-            path = nnz_hint <= ws->sparse_max_nnz ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE;
+        if (nnz_hint >= 0)  // the caller's estimate decides alone (no overflow assumed)
+            path = twell_dispatch_decide(&ws->model, nnz_hint, 0.0, ws->last_path);
         else if (ws->last_mean_nnz < 0)  // unknown: run sparse, which measures
             path = TWELL_PATH_SPARSE;
         else
-            path = (ws->last_mean_nnz <= ws->sparse_max_nnz && ws->last_ovf_frac <= ws->sparse_max_ovf_frac)
-                       ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE;
+            path = twell_dispatch_decide(&ws->model, ws->last_mean_nnz, ws->last_ovf_frac, ws->last_path);
     }
     const bf16 *W1 = ws->gated ? Wg : Wu;
     if (path == TWELL_PATH_DENSE) {
@@ -203,11 +393,20 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     } else {
         int e = twell_gate_forward(mm, ws, X, W1, M, stream);
         if (e) return e;
-        e = twell_updown_launch(ws->updown_variant, ws->gated, ws->tw, X, Wu, WdT, Y, M, ws->D, ws->F, ws->C, stream);
+        e = twell_ffn_updown(ws, X, Wu, WdT, Y, M, stream);
         if (e) return e;
         cudaCheck(cudaMemcpyAsync(ws->counters_host, ws->counters, sizeof(TwellCounters), cudaMemcpyDeviceToHost,
                                   stream));
         cudaCheck(cudaStreamSynchronize(stream));
+        if (ws->l2_persist) {  // the up/down is done: give the persisting lines back to everyone else
+            cudaError_t ce = cudaCtxResetPersistingL2Cache();
+            if (ce != cudaSuccess) {
+                fprintf(stderr, "warning: twell: cudaCtxResetPersistingL2Cache failed: %s: window off\n",
+                        cudaGetErrorString(ce));
+                (void)cudaGetLastError();
+                twell_ffn_set_l2_persist(ws, 0);
+            }
+        }
         const int n_ovf = ws->counters_host->n_ovf;
         if (n_ovf < 0 || n_ovf > M) SLLM_FATAL("twell: device overflow count %d out of range [0, %d]", n_ovf, M);
         if (n_ovf > 0)
@@ -219,7 +418,72 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         ws->last_mean_nnz = r.mean_nnz;
         ws->last_ovf_frac = (double)n_ovf / (double)M;
     }
+    ws->last_path = r.path;
     if (res) *res = r;
+    return TWELL_OK;
+}
+
+// Measures the dispatch model on the caller's data (X: M rows of real activations) and this GPU:
+// times the dense FFN, the gate (-> TwELL), the up/down on that TwELL and the up/down on an EMPTY TwELL
+// (all counts 0: the fixed cost of reading X and writing Y), each the median of `reps` runs, then
+//   s0 = (gate + updown_empty) / dense,  s1 = (updown - updown_empty) / (mean_nnz * dense).
+// Overwrites Y. Blocking (events + syncs): call once at start-up, not per step. Returns TWELL_OK and
+// sets ws->model (model.calibrated = 1); on failure (an error code) the model is unchanged. The
+// dispatch state (last nnz / path) is reset. Wg may be NULL when !gated.
+static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *Wg,
+                                      const bf16 *Wu, const bf16 *WdT, bf16 *Y, int M, int reps, cudaStream_t stream) {
+    if (reps < 1) reps = 1;
+    if (reps > 64) reps = 64;
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    const bf16 *W1 = ws->gated ? Wg : Wu;
+    float t[4];  // dense, gate, updown, updown_empty
+    TwellFFNResult r = {0, -1, -1.0};
+    int err = twell_ffn_forward(mm, ws, X, Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, &r, stream);  // warm + nnz
+    for (int which = 0; which < 4 && !err; which++) {
+        float v[64];
+        for (int i = -1; i < reps && !err; i++) {  // i = -1: warm-up
+            if (which == 3) {  // empty TwELL
+                cudaCheck(cudaMemsetAsync(ws->tw, 0, sizeof(uint32_t) * (size_t)M * (ws->F / ws->C), stream));
+            } else if (which == 2 && i == -1) {
+                err = twell_gate_forward(mm, ws, X, W1, M, stream);
+            }
+            cudaCheck(cudaEventRecord(e0, stream));
+            if (!err) {
+                if (which == 0)
+                    err = twell_ffn_forward(mm, ws, X, Wg, Wu, WdT, Y, M, TWELL_PATH_DENSE, -1, NULL, stream);
+                else if (which == 1) err = twell_gate_forward(mm, ws, X, W1, M, stream);
+                else err = twell_ffn_updown(ws, X, Wu, WdT, Y, M, stream);
+            }
+            cudaCheck(cudaEventRecord(e1, stream));
+            cudaCheck(cudaEventSynchronize(e1));
+            float ms = 0;
+            cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+            if (i >= 0) v[i] = ms;
+        }
+        if (err) break;
+        std::sort(v, v + reps);
+        t[which] = v[reps / 2];
+    }
+    if (ws->l2_persist) (void)cudaCtxResetPersistingL2Cache();
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    if (err) return err;
+    if (!(t[0] > 0) || !(r.mean_nnz > 0)) {
+        fprintf(stderr, "error: twell_ffn_calibrate: nothing to fit (dense %.4f ms, mean nnz %.2f): model unchanged\n",
+                t[0], r.mean_nnz);
+        return TWELL_ERR_ARG;
+    }
+    double s0 = (t[1] + t[3]) / t[0];
+    double s1 = (t[2] - t[3]) / (r.mean_nnz * t[0]);
+    if (s1 < 1e-6) s1 = 1e-6;
+    ws->model.s0 = s0;
+    ws->model.s1 = s1;
+    ws->model.calibrated = 1;
+    ws->last_mean_nnz = -1.0;
+    ws->last_ovf_frac = 0.0;
+    ws->last_path = 0;
     return TWELL_OK;
 }
 

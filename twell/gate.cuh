@@ -11,6 +11,10 @@
 // stay in L2: 2048 x 5632 x 2 B = 23 MB), then twell_pack_kernel packs it. cuBLASLt rounds the fp32
 // accumulator to bf16 round-to-nearest, which is exactly the value the format stores.
 //
+// Variant TWELL_GATE_CUBLAS_PACK_OVERLAP (default): the same GEMMs and pack kernel, but the pack of
+// chunk i runs on a side stream while the GEMM of chunk i+1 runs (two scratch buffers); the packs fill
+// the GEMM's tail wave and launch gaps. Same output bit for bit (the pack is per row and tile).
+//
 // twell_pack_kernel: one warp per (row, tile); lane l holds columns 8l..8l+7 of the tile (one 16-byte
 // load), positive mask -> popc -> warp inclusive scan (shfl_up) gives each lane its first slot, so the
 // slots are in column order with no atomics (deterministic). Every word of the tile is written once
@@ -29,7 +33,20 @@ typedef struct {
     int pad;
 } TwellCounters;
 
-enum { TWELL_GATE_CUBLAS_PACK = 0, TWELL_GATE_NUM_VARIANTS = 1 };
+enum {
+    TWELL_GATE_CUBLAS_PACK = 0,          // GEMM chunk, pack chunk, GEMM chunk, ... on the caller's stream
+    TWELL_GATE_CUBLAS_PACK_OVERLAP = 1,  // pack of chunk i (side stream) overlaps the GEMM of chunk i+1 (default)
+    TWELL_GATE_NUM_VARIANTS = 2,
+};
+#define TWELL_GATE_DEFAULT TWELL_GATE_CUBLAS_PACK_OVERLAP
+
+static inline const char *twell_gate_variant_name(int v) {
+    switch (v) {
+    case TWELL_GATE_CUBLAS_PACK: return "cublas_pack";
+    case TWELL_GATE_CUBLAS_PACK_OVERLAP: return "cublas_pack_overlap";
+    default: return "?";
+    }
+}
 
 #define TWELL_PACK_THREADS 256
 
@@ -122,6 +139,35 @@ static inline void twell_gate_cublas_pack(MatmulContext *mm, const bf16 *X, cons
         matmul(mm, scratch, 0, X + (size_t)r0 * D, 0, W, 1, rows, F, D, 1.0f, 0.0f, stream);
         twell_pack_launch(scratch, rows, r0, F, C, tw, ovf_flag, ovf_list, counters, stream);
     }
+}
+
+// Overlapped gate: GEMMs stay on `stream` (they share the cuBLASLt workspace of mm, so they must stay
+// serialized); chunk i is packed on pack_stream (created cudaStreamNonBlocking, so it does not sync
+// with the legacy default stream) while the GEMM of chunk i+1 runs. Two scratch buffers
+// (scratch[0], scratch[1], each [chunk_rows, F]) alternate; ev_gemm[b] = "GEMM into buffer b done",
+// ev_pack[b] = "pack of buffer b done" (the GEMM that next overwrites b waits for it). At the end
+// `stream` waits for every pack, so the result is ordered on `stream` like the serial variant. The
+// pack writes only disjoint rows of tw; ovf_flag/ovf_list/counters use atomics, so packs of two
+// chunks may even run concurrently. Capturable in a CUDA graph (event fork/join).
+static inline void twell_gate_cublas_pack_overlap(MatmulContext *mm, const bf16 *X, const bf16 *W, int M, int D, int F,
+                                                  int C, bf16 *const scratch[2], int chunk_rows, uint32_t *tw,
+                                                  int *ovf_flag, int *ovf_list, TwellCounters *counters,
+                                                  cudaStream_t stream, cudaStream_t pack_stream,
+                                                  cudaEvent_t ev_gemm[2], cudaEvent_t ev_pack[2]) {
+    int used[2] = {0, 0};
+    for (int i = 0, r0 = 0; r0 < M; i++, r0 += chunk_rows) {
+        const int b = i & 1;
+        const int rows = M - r0 < chunk_rows ? M - r0 : chunk_rows;
+        if (used[b]) cudaCheck(cudaStreamWaitEvent(stream, ev_pack[b], 0));  // buffer b free again
+        matmul(mm, scratch[b], 0, X + (size_t)r0 * D, 0, W, 1, rows, F, D, 1.0f, 0.0f, stream);
+        cudaCheck(cudaEventRecord(ev_gemm[b], stream));
+        cudaCheck(cudaStreamWaitEvent(pack_stream, ev_gemm[b], 0));
+        twell_pack_launch(scratch[b], rows, r0, F, C, tw, ovf_flag, ovf_list, counters, pack_stream);
+        cudaCheck(cudaEventRecord(ev_pack[b], pack_stream));
+        used[b] = 1;
+    }
+    for (int b = 0; b < 2; b++)
+        if (used[b]) cudaCheck(cudaStreamWaitEvent(stream, ev_pack[b], 0));
 }
 
 #endif  // SLLM_TWELL_GATE_CUH

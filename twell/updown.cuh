@@ -37,7 +37,7 @@ __device__ __forceinline__ void twell_bf16x8_to_f32(const uint4 v, float f[8]) {
 template <int NT, int CH, int G, bool GATED, bool FENCE>
 __global__ void __launch_bounds__(NT)
 twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X, const bf16 *__restrict__ Wu,
-                    const bf16 *__restrict__ WdT, bf16 *__restrict__ Y, int M, int D, int F, int words) {
+                    const bf16 *__restrict__ WdT, bf16 *__restrict__ Y, int M, int D, int F, int words, int ldw) {
     constexpr int NW = NT / 32;
     extern __shared__ __align__(16) unsigned char twell_smem[];
     const int tiles = F / TWELL_TILE, slots = words - 1, row_words = tiles * words;
@@ -114,8 +114,8 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
                 wu[j][k] = make_uint4(0, 0, 0, 0);
                 wd[j][k] = make_uint4(0, 0, 0, 0);
                 if (valid && ci < nchunks) {
-                    if (GATED) wu[j][k] = __ldg(reinterpret_cast<const uint4 *>(Wu + (size_t)col * D + (size_t)ci * 8));
-                    wd[j][k] = __ldg(reinterpret_cast<const uint4 *>(WdT + (size_t)col * D + (size_t)ci * 8));
+                    if (GATED) wu[j][k] = __ldg(reinterpret_cast<const uint4 *>(Wu + (size_t)col * ldw + (size_t)ci * 8));
+                    wd[j][k] = __ldg(reinterpret_cast<const uint4 *>(WdT + (size_t)col * ldw + (size_t)ci * 8));
                 }
             }
         }
@@ -188,96 +188,200 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
     }
 }
 
-// Variants of the up/down kernel (block threads NT, chunks per thread CH, neurons per group G).
+// Variants of the up/down kernel: block threads NT per token and neurons per group G. The 16-byte
+// chunks per thread CH follow from D (smallest of 1, 2, 4, 8 with NT * CH * 8 >= D); G is capped at 2
+// for CH 4 and at 1 for CH 8 (registers), so a variant takes D <= NT * 64 (NT 32: D <= 2048, NT 64:
+// D <= 4096, NT >= 128: every D <= 8192). Measured on an H200 (M 65536, D 2048, nnz 29, ms):
+// 128_G4 2.60, 256_G4 2.45, 128_G8 2.43, 256_G8 2.52, 128_G2 1.94 (best), fenced ~ unfenced.
 enum {
-    TWELL_UPDOWN_AUTO = 0,
-    TWELL_UPDOWN_128_G4 = 1,  // NT 128, G 4, CH by D (default)
-    TWELL_UPDOWN_256_G4 = 2,  // NT 256, G 4 (D <= 2048)
-    TWELL_UPDOWN_128_G8 = 3,  // NT 128, G 8 (D <= 2048)
-    TWELL_UPDOWN_256_G8 = 4,  // NT 256, G 8 (D <= 2048)
-    TWELL_UPDOWN_128_G2 = 5,  // NT 128, G 2 (D <= 4096)
-    TWELL_UPDOWN_128_G4_FENCE = 6,  // as 128_G4 (D <= 2048) with all loads of a group forced in flight together
-    TWELL_UPDOWN_256_G8_FENCE = 7,  // as 256_G8 (D <= 2048), fenced
-    TWELL_UPDOWN_NUM_VARIANTS = 8,
+    TWELL_UPDOWN_AUTO = 0,          // = TWELL_UPDOWN_DEFAULT
+    TWELL_UPDOWN_128_G4 = 1,
+    TWELL_UPDOWN_256_G4 = 2,
+    TWELL_UPDOWN_128_G8 = 3,
+    TWELL_UPDOWN_256_G8 = 4,
+    TWELL_UPDOWN_128_G2 = 5,        // the default (fastest measured)
+    TWELL_UPDOWN_128_G4_FENCE = 6,  // as 128_G4 with all loads of a group forced in flight together
+    TWELL_UPDOWN_256_G8_FENCE = 7,
+    TWELL_UPDOWN_128_G1 = 8,
+    TWELL_UPDOWN_64_G2 = 9,         // 2 warps per token: more CTAs per SM, cheaper reductions
+    TWELL_UPDOWN_64_G1 = 10,
+    TWELL_UPDOWN_256_G2 = 11,
+    TWELL_UPDOWN_32_G1 = 12,        // one warp per token (the paper's shape; many registers)
+    TWELL_UPDOWN_256_G1 = 13,
+    TWELL_UPDOWN_NUM_VARIANTS = 14,
 };
+#define TWELL_UPDOWN_DEFAULT TWELL_UPDOWN_128_G2
 
-static inline const char *twell_updown_variant_name(int v) {
+typedef struct { int nt, g, fence; const char *name; } TwellUpdownVariantInfo;
+
+static inline TwellUpdownVariantInfo twell_updown_variant_info(int v) {
     switch (v) {
-    case TWELL_UPDOWN_AUTO: return "auto";
-    case TWELL_UPDOWN_128_G4: return "nt128_g4";
-    case TWELL_UPDOWN_256_G4: return "nt256_g4";
-    case TWELL_UPDOWN_128_G8: return "nt128_g8";
-    case TWELL_UPDOWN_256_G8: return "nt256_g8";
-    case TWELL_UPDOWN_128_G2: return "nt128_g2";
-    case TWELL_UPDOWN_128_G4_FENCE: return "nt128_g4_fence";
-    case TWELL_UPDOWN_256_G8_FENCE: return "nt256_g8_fence";
-    default: return "?";
+    case TWELL_UPDOWN_AUTO: return {0, 0, 0, "auto"};
+    case TWELL_UPDOWN_128_G4: return {128, 4, 0, "nt128_g4"};
+    case TWELL_UPDOWN_256_G4: return {256, 4, 0, "nt256_g4"};
+    case TWELL_UPDOWN_128_G8: return {128, 8, 0, "nt128_g8"};
+    case TWELL_UPDOWN_256_G8: return {256, 8, 0, "nt256_g8"};
+    case TWELL_UPDOWN_128_G2: return {128, 2, 0, "nt128_g2"};
+    case TWELL_UPDOWN_128_G4_FENCE: return {128, 4, 1, "nt128_g4_fence"};
+    case TWELL_UPDOWN_256_G8_FENCE: return {256, 8, 1, "nt256_g8_fence"};
+    case TWELL_UPDOWN_128_G1: return {128, 1, 0, "nt128_g1"};
+    case TWELL_UPDOWN_64_G2: return {64, 2, 0, "nt64_g2"};
+    case TWELL_UPDOWN_64_G1: return {64, 1, 0, "nt64_g1"};
+    case TWELL_UPDOWN_256_G2: return {256, 2, 0, "nt256_g2"};
+    case TWELL_UPDOWN_32_G1: return {32, 1, 0, "nt32_g1"};
+    case TWELL_UPDOWN_256_G1: return {256, 1, 0, "nt256_g1"};
+    default: return {-1, 0, 0, "?"};
     }
 }
 
-template <int NT, int CH, int G, bool GATED, bool FENCE = false>
+static inline const char *twell_updown_variant_name(int v) { return twell_updown_variant_info(v).name; }
+
+// 1 if variant v (AUTO resolved) can run with this D (D % 8 == 0, D <= 8192 assumed).
+static inline int twell_updown_variant_supports(int v, int D) {
+    if (v == TWELL_UPDOWN_AUTO) v = TWELL_UPDOWN_DEFAULT;
+    TwellUpdownVariantInfo in = twell_updown_variant_info(v);
+    return in.nt > 0 && D <= in.nt * 64;
+}
+
+// win (may be NULL): an L2 access policy window attached to this launch only (cudaLaunchKernelEx launch
+// attribute: works on any stream, nothing to restore). If that launch is refused, a warning is printed,
+// the kernel is launched without it and *win_failed is set.
+template <int NT, int CH, int G, bool GATED, bool FENCE>
 static inline void twell_updown_launch_t(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
-                                         int M, int D, int F, int words, cudaStream_t stream) {
+                                         int M, int D, int F, int words, int ldw, const cudaAccessPolicyWindow *win,
+                                         int *win_failed, cudaStream_t stream) {
     const int tiles = F / TWELL_TILE;
     size_t smem = sizeof(int) * (size_t)(tiles + 1) + (sizeof(int) + sizeof(float)) * (size_t)tiles * (words - 1);
     if (smem > 48 * 1024)
         cudaCheck(cudaFuncSetAttribute(twell_updown_kernel<NT, CH, G, GATED, FENCE>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    twell_updown_kernel<NT, CH, G, GATED, FENCE><<<M, NT, smem, stream>>>(tw, X, Wu, WdT, Y, M, D, F, words);
+    if (win) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)M);
+        cfg.blockDim = dim3(NT);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1] = {};
+        attr[0].id = cudaLaunchAttributeAccessPolicyWindow;
+        attr[0].val.accessPolicyWindow = *win;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        cudaError_t e = cudaLaunchKernelEx(&cfg, twell_updown_kernel<NT, CH, G, GATED, FENCE>, tw, X, Wu, WdT, Y, M, D,
+                                           F, words, ldw);
+        if (e == cudaSuccess) return;
+        fprintf(stderr, "warning: twell_updown: launch with an L2 access policy window failed (%s); launching "
+                        "without it\n", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        if (win_failed) *win_failed = 1;
+    }
+    twell_updown_kernel<NT, CH, G, GATED, FENCE><<<M, NT, smem, stream>>>(tw, X, Wu, WdT, Y, M, D, F, words, ldw);
     cudaCheckLaunch();
 }
 
+// CH from D; G capped for large CH (see above). The caller has checked twell_updown_variant_supports.
+template <int NT, int G, bool GATED, bool FENCE>
+static inline void twell_updown_launch_nt(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
+                                          int M, int D, int F, int words, int ldw, const cudaAccessPolicyWindow *win,
+                                          int *win_failed, cudaStream_t stream) {
+    const int nchunks = D / 8;
+#define TWELL_UD_ARGS tw, X, Wu, WdT, Y, M, D, F, words, ldw, win, win_failed, stream
+    if (nchunks <= NT) twell_updown_launch_t<NT, 1, G, GATED, FENCE>(TWELL_UD_ARGS);
+    else if (nchunks <= 2 * NT) twell_updown_launch_t<NT, 2, G, GATED, FENCE>(TWELL_UD_ARGS);
+    else if (nchunks <= 4 * NT) twell_updown_launch_t<NT, 4, (G < 2 ? G : 2), GATED, FENCE>(TWELL_UD_ARGS);
+    else twell_updown_launch_t<NT, 8, 1, GATED, FENCE>(TWELL_UD_ARGS);
+#undef TWELL_UD_ARGS
+}
+
+// Weights: row n of the up weight at Wu + n * ldw, row n of the transposed down weight at WdT + n * ldw.
+// Separate [F, D] matrices: ldw = D. Interleaved [F, 2, D] (twell_interleave_weights): Wu = Wi,
+// WdT = Wi + D, ldw = 2 D (up row and down row of a neuron adjacent: one 8 KB span per neuron).
 // Returns TWELL_OK or TWELL_ERR_SHAPE / TWELL_ERR_ARG (message printed) if the variant cannot take D.
 template <bool GATED>
 static inline int twell_updown_launch_g(int variant, const uint32_t *tw, const bf16 *X, const bf16 *Wu,
-                                        const bf16 *WdT, bf16 *Y, int M, int D, int F, int C, cudaStream_t stream) {
+                                        const bf16 *WdT, int ldw, bf16 *Y, int M, int D, int F, int C,
+                                        const cudaAccessPolicyWindow *win, int *win_failed, cudaStream_t stream) {
     const int words = TWELL_TILE / C;
     if (M <= 0) return TWELL_OK;
     if (D % 8 != 0 || D > 8192) {
         fprintf(stderr, "error: twell_updown: D=%d must be a multiple of 8 and <= 8192\n", D);
         return TWELL_ERR_SHAPE;
     }
-    if (variant == TWELL_UPDOWN_AUTO) variant = TWELL_UPDOWN_128_G4;
-    const int nchunks = D / 8;
-    switch (variant) {
-    case TWELL_UPDOWN_128_G4:
-        if (nchunks <= 128) twell_updown_launch_t<128, 1, 4, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        else if (nchunks <= 256) twell_updown_launch_t<128, 2, 4, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        else if (nchunks <= 512) twell_updown_launch_t<128, 4, 2, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        else twell_updown_launch_t<128, 8, 1, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        return TWELL_OK;
-    case TWELL_UPDOWN_128_G2:
-        if (nchunks <= 256) twell_updown_launch_t<128, 2, 2, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        else if (nchunks <= 512) twell_updown_launch_t<128, 4, 2, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        else twell_updown_launch_t<128, 8, 1, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        return TWELL_OK;
-    case TWELL_UPDOWN_256_G4:
-    case TWELL_UPDOWN_256_G8:
-    case TWELL_UPDOWN_128_G8:
-    case TWELL_UPDOWN_128_G4_FENCE:
-    case TWELL_UPDOWN_256_G8_FENCE:
-        if (nchunks > 256) {
-            fprintf(stderr, "error: twell_updown: variant %s needs D <= 2048 (got D=%d)\n",
-                    twell_updown_variant_name(variant), D);
-            return TWELL_ERR_SHAPE;
-        }
-        if (variant == TWELL_UPDOWN_256_G4) twell_updown_launch_t<256, 1, 4, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        else if (variant == TWELL_UPDOWN_256_G8) twell_updown_launch_t<256, 1, 8, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        else if (variant == TWELL_UPDOWN_128_G8) twell_updown_launch_t<128, 2, 8, GATED>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        else if (variant == TWELL_UPDOWN_128_G4_FENCE) twell_updown_launch_t<128, 2, 4, GATED, true>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        else twell_updown_launch_t<256, 1, 8, GATED, true>(tw, X, Wu, WdT, Y, M, D, F, words, stream);
-        return TWELL_OK;
-    default:
+    if (ldw < D || ldw % 8 != 0) {
+        fprintf(stderr, "error: twell_updown: weight row stride ldw=%d must be >= D=%d and a multiple of 8\n", ldw, D);
+        return TWELL_ERR_ARG;
+    }
+    if (variant == TWELL_UPDOWN_AUTO) variant = TWELL_UPDOWN_DEFAULT;
+    if (variant < 0 || variant >= TWELL_UPDOWN_NUM_VARIANTS) {
         fprintf(stderr, "error: twell_updown: unknown variant %d (expected 0..%d)\n", variant,
                 TWELL_UPDOWN_NUM_VARIANTS - 1);
         return TWELL_ERR_ARG;
     }
+    if (!twell_updown_variant_supports(variant, D)) {
+        fprintf(stderr, "error: twell_updown: variant %s needs D <= %d (got D=%d)\n",
+                twell_updown_variant_name(variant), twell_updown_variant_info(variant).nt * 64, D);
+        return TWELL_ERR_SHAPE;
+    }
+#define TWELL_UD(NT, G, FENCE) \
+    twell_updown_launch_nt<NT, G, GATED, FENCE>(tw, X, Wu, WdT, Y, M, D, F, words, ldw, win, win_failed, stream)
+    switch (variant) {
+    case TWELL_UPDOWN_128_G4: TWELL_UD(128, 4, false); break;
+    case TWELL_UPDOWN_256_G4: TWELL_UD(256, 4, false); break;
+    case TWELL_UPDOWN_128_G8: TWELL_UD(128, 8, false); break;
+    case TWELL_UPDOWN_256_G8: TWELL_UD(256, 8, false); break;
+    case TWELL_UPDOWN_128_G2: TWELL_UD(128, 2, false); break;
+    case TWELL_UPDOWN_128_G4_FENCE: TWELL_UD(128, 4, true); break;
+    case TWELL_UPDOWN_256_G8_FENCE: TWELL_UD(256, 8, true); break;
+    case TWELL_UPDOWN_128_G1: TWELL_UD(128, 1, false); break;
+    case TWELL_UPDOWN_64_G2: TWELL_UD(64, 2, false); break;
+    case TWELL_UPDOWN_64_G1: TWELL_UD(64, 1, false); break;
+    case TWELL_UPDOWN_256_G2: TWELL_UD(256, 2, false); break;
+    case TWELL_UPDOWN_32_G1: TWELL_UD(32, 1, false); break;
+    case TWELL_UPDOWN_256_G1: TWELL_UD(256, 1, false); break;
+    }
+#undef TWELL_UD
+    return TWELL_OK;
 }
 
+// win / win_failed: optional L2 access policy window for this launch (NULL: none), see launch_t.
 static inline int twell_updown_launch(int variant, int gated, const uint32_t *tw, const bf16 *X, const bf16 *Wu,
-                                      const bf16 *WdT, bf16 *Y, int M, int D, int F, int C, cudaStream_t stream) {
-    return gated ? twell_updown_launch_g<true>(variant, tw, X, Wu, WdT, Y, M, D, F, C, stream)
-                 : twell_updown_launch_g<false>(variant, tw, X, Wu, WdT, Y, M, D, F, C, stream);
+                                      const bf16 *WdT, int ldw, bf16 *Y, int M, int D, int F, int C,
+                                      cudaStream_t stream, const cudaAccessPolicyWindow *win = NULL,
+                                      int *win_failed = NULL) {
+    return gated ? twell_updown_launch_g<true>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, stream)
+                 : twell_updown_launch_g<false>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, stream);
+}
+
+// Interleaved weight layout: Wi [F, 2, D] with Wi[n, 0, :] = Wu[n, :] and Wi[n, 1, :] = WdT[n, :].
+// Wu may be NULL (non-gated: the up half is left untouched). D % 8 == 0.
+__global__ void twell_interleave_kernel(const bf16 *__restrict__ Wu, const bf16 *__restrict__ WdT, int F, int D,
+                                        bf16 *__restrict__ Wi) {
+    const int chunks = D / 8;
+    const long long total = 2LL * F * chunks;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int c = (int)(i % chunks);
+        const long long nh = i / chunks;  // n * 2 + half
+        const int n = (int)(nh >> 1), half = (int)(nh & 1);
+        const bf16 *src = half ? WdT : Wu;
+        if (!src) continue;
+        reinterpret_cast<uint4 *>(Wi)[i] = reinterpret_cast<const uint4 *>(src)[(size_t)n * chunks + c];
+    }
+}
+
+static inline int twell_interleave_weights(const bf16 *Wu, const bf16 *WdT, int F, int D, bf16 *Wi,
+                                           cudaStream_t stream) {
+    if (!WdT || !Wi || F <= 0 || D <= 0 || D % 8 != 0 ||
+        (((uintptr_t)Wu | (uintptr_t)WdT | (uintptr_t)Wi) & 15)) {
+        fprintf(stderr, "error: twell_interleave_weights: need WdT, Wi non-NULL, 16-byte aligned, F > 0, "
+                        "D %% 8 == 0 (F=%d D=%d)\n", F, D);
+        return TWELL_ERR_ARG;
+    }
+    long long total = 2LL * F * (D / 8);
+    long long blocks = CEIL_DIV(total, 256LL);
+    if (blocks > 132LL * 32) blocks = 132LL * 32;
+    twell_interleave_kernel<<<(int)blocks, 256, 0, stream>>>(Wu, WdT, F, D, Wi);
+    cudaCheckLaunch();
+    return TWELL_OK;
 }
 
 #endif  // SLLM_TWELL_UPDOWN_CUH

@@ -1,15 +1,23 @@
 // dev/bench/bench_ffn.cu: TwELL FFN vs dense gated FFN (cuBLASLt), same process, same inputs.
 //
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
-//                   [--reps N] [--variant K] [--variants] [--D 2048] [--F 5632]
+//                   [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]
+//                   [--no-calibrate] [--variants] [--D 2048] [--F 5632]
 //
 // Columns (ms, medians of --reps timed calls after warm-up, CUDA events, inputs rotated over 3 X sets):
 //   gate    one dense cuBLASLt GEMM [M,D] x [D,F] -> bf16 (the floor of any dense-gate design)
 //   dense   our dense gated FFN (twell/dense_ffn.cuh: 3 GEMMs + relu*mul)
 //   sparse  our TwELL FFN (gate->TwELL, fused up/down, dense fallback for overflow rows)
 //   s.gate / s.updown   the two parts of the sparse path timed alone
-//   auto    the dispatched path (TWELL_PATH_AUTO, history from the warm-up calls)
-//   then sparse/gate, dense/sparse, auto/min(dense, sparse), measured mean nnz and overflow rows.
+//   auto    the dispatched path (TWELL_PATH_AUTO, history from the warm-up calls), with the model from
+//           twell_ffn_calibrate (run once per M on the uniform nnz-29 data, printed) unless --no-calibrate
+//   then sparse/gate, dense/sparse, auto/min(dense, sparse), measured mean nnz and overflow rows, the
+//   auto path, and st/min: what the STATIC default model (TWELL_DISPATCH_*) would pick / min.
+// --variants adds, per configuration, side by side (ms):
+//   gate:    s.gate for the gate variants x chunk rows 2048 4096 8192 16384, and the chunked GEMM alone
+//   updown:  every up/down variant; the default variant with interleaved weights, L2 window, both
+// At the end: the crossover nnz per (M, pattern), and the model fitted to the uniform rows (paste into
+// TWELL_DISPATCH_S0 / S1 in twell/ffn.cuh).
 // Before timing, the sparse and dense outputs are compared (relative error < 1e-2, else exit 1).
 //
 // Sparsity control: X [M, D] ~ N(0,1) and Wg [F, D] ~ N(0, 1/D) except column 0: Wg[n,0] = 1 and
@@ -82,7 +90,7 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
 }
 
 typedef struct {
-    int quick, reps, variant, variants, D, F;
+    int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate;
     std::vector<int> Ms;
     std::vector<double> nnzs;  // < 0 means 50%
     int pat_uniform, pat_heavy;
@@ -107,6 +115,7 @@ static float median(std::vector<float> v) {
 int main(int argc, char **argv) {
     Opts o;
     o.quick = 0; o.reps = 10; o.variant = 0; o.variants = 0; o.D = 2048; o.F = 5632;
+    o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.interleave = 0; o.l2persist = 0; o.calibrate = 1;
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
     o.pat_uniform = 1; o.pat_heavy = 1;
@@ -123,6 +132,11 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--reps") && v) { o.reps = atoi(v); i++; }
         else if (!strcmp(a, "--variant") && v) { o.variant = atoi(v); i++; }
         else if (!strcmp(a, "--variants")) { o.variants = 1; }
+        else if (!strcmp(a, "--gate-variant") && v) { o.gate_variant = atoi(v); i++; }
+        else if (!strcmp(a, "--gate-chunk") && v) { o.gate_chunk = atoi(v); i++; }
+        else if (!strcmp(a, "--interleave")) { o.interleave = 1; }
+        else if (!strcmp(a, "--l2persist")) { o.l2persist = 1; }
+        else if (!strcmp(a, "--no-calibrate")) { o.calibrate = 0; }
         else if (!strcmp(a, "--D") && v) { o.D = atoi(v); i++; }
         else if (!strcmp(a, "--F") && v) { o.F = atoi(v); i++; }
         else { fprintf(stderr, "error: bench_ffn: unknown or incomplete option '%s' (see the header of dev/bench/bench_ffn.cu)\n", a); return 1; }
@@ -130,19 +144,22 @@ int main(int argc, char **argv) {
     if (!cuda_device_available()) { fprintf(stderr, "error: bench_ffn: no CUDA device\n"); return 1; }
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("bench_ffn: %s, %d SMs, L2 %d MB; D=%d F=%d C=8 reps=%d updown variant %s\n", prop.name,
-           prop.multiProcessorCount, prop.l2CacheSize >> 20, o.D, o.F, o.reps, twell_updown_variant_name(o.variant));
+    printf("bench_ffn: %s, %d SMs, L2 %d MB (persisting max %d MB); D=%d F=%d C=8 reps=%d; updown %s, gate %s, "
+           "interleave %d, l2persist %d\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+           prop.persistingL2CacheMaxSize >> 20, o.D, o.F, o.reps, twell_updown_variant_name(o.variant),
+           twell_gate_variant_name(o.gate_variant), o.interleave, o.l2persist);
     const int D = o.D, F = o.F, NSETS = 3;
     int maxM = 0;
     for (int m : o.Ms) maxM = std::max(maxM, m);
 
     MatmulContext mm;
     matmul_context_init(&mm);
-    bf16 *X[NSETS], *Wg, *Wu, *WdT, *Y, *Yd, *Gs;
+    bf16 *X[NSETS], *Wg, *Wu, *WdT, *Wi, *Y, *Yd, *Gs;
     for (int s = 0; s < NSETS; s++) cudaCheck(cudaMalloc(&X[s], sizeof(bf16) * (size_t)maxM * D));
     cudaCheck(cudaMalloc(&Wg, sizeof(bf16) * (size_t)F * D));
     cudaCheck(cudaMalloc(&Wu, sizeof(bf16) * (size_t)F * D));
     cudaCheck(cudaMalloc(&WdT, sizeof(bf16) * (size_t)F * D));
+    cudaCheck(cudaMalloc(&Wi, sizeof(bf16) * (size_t)F * 2 * D));
     cudaCheck(cudaMalloc(&Y, sizeof(bf16) * (size_t)maxM * D));
     cudaCheck(cudaMalloc(&Yd, sizeof(bf16) * (size_t)maxM * D));
     cudaCheck(cudaMalloc(&Gs, sizeof(bf16) * (size_t)maxM * F));
@@ -151,34 +168,75 @@ int main(int argc, char **argv) {
     TwellFFNWorkspace ws;
     if (twell_ffn_workspace_create(&ws, maxM, D, F, 8, 1) != TWELL_OK) return 1;
     ws.updown_variant = o.variant;
+    ws.gate_variant = o.gate_variant;
+    const int chunks_sweep[4] = {2048, 4096, 8192, 16384};
+    if (o.variants && twell_ffn_set_gate_chunk(&ws, 16384) != TWELL_OK) return 1;  // scratch for the sweep
+    const int default_chunk = o.gate_chunk > 0 ? o.gate_chunk : 8192;
+    if (twell_ffn_set_gate_chunk(&ws, default_chunk) != TWELL_OK) return 1;
+    const TwellDispatchModel static_model = ws.model;
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     uint64_t seed = 1234;
 
-    printf("\n%-7s %-7s %-6s | %8s %8s %8s %8s %8s %8s | %8s %8s %8s | %7s %6s %s\n", "M", "pattern", "nnz", "gate",
-           "dense", "sparse", "s.gate", "s.updown", "auto", "sp/gate", "dn/sp", "auto/min", "meannz", "ovf", "auto-path");
+    // Fresh inputs for (M, pattern, target nnz).
+    auto make_inputs = [&](int M, int heavy, double target) {
+        seed++;
+        for (int s = 0; s < NSETS; s++) {
+            bench_fill_normal<<<1024, 256>>>(X[s], (long long)M * D, 1.0f, seed * 16 + s);
+            bench_set_bias<<<CEIL_DIV(M, 8), 256>>>(X[s], M, D, F, (float)target, heavy);
+        }
+        bench_fill_normal<<<1024, 256>>>(Wg, (long long)F * D, 1.0f / sqrtf((float)D), seed * 16 + 5);
+        bench_set_col0<<<CEIL_DIV(F, 256), 256>>>(Wg, F, D, 1.0f);
+        bench_fill_normal<<<1024, 256>>>(Wu, (long long)F * D, 0.02f, seed * 16 + 6);
+        bench_fill_normal<<<1024, 256>>>(WdT, (long long)F * D, 0.02f, seed * 16 + 7);
+        cudaCheckLaunch();
+        if (twell_interleave_weights(Wu, WdT, F, D, Wi, 0) != TWELL_OK) exit(1);
+        cudaCheck(cudaDeviceSynchronize());
+    };
+    // The options under test (set per timing, restored to the command line's).
+    auto set_opts = [&](int interleave, int l2) {
+        twell_ffn_set_interleaved(&ws, interleave ? Wi : NULL);
+        if (twell_ffn_set_l2_persist(&ws, l2) != TWELL_OK && l2) printf("  (l2persist unavailable)\n");
+    };
+    set_opts(o.interleave, o.l2persist);
+    auto timeit = [&](auto fn) {
+        for (int w = 0; w < 2; w++) fn(w % NSETS);
+        std::vector<float> t;
+        for (int r = 0; r < o.reps; r++) {
+            cudaCheck(cudaEventRecord(e0, 0));
+            fn(r % NSETS);
+            cudaCheck(cudaEventRecord(e1, 0));
+            cudaCheck(cudaEventSynchronize(e1));
+            float ms;
+            cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+            t.push_back(ms);
+        }
+        return median(t);
+    };
+
     int failures = 0;
     struct Row { int M, heavy; double nnz, dense, sparse; };
     std::vector<Row> rows;
-    for (int M : o.Ms)
+    for (int M : o.Ms) {
+        if (o.calibrate) {
+            make_inputs(M, 0, 29.0);
+            ws.model = static_model;
+            int e = twell_ffn_calibrate(&mm, &ws, X[0], Wg, Wu, WdT, Y, M, 5, 0);
+            printf("\ncalibrated model (M=%d, uniform nnz 29): s0 %.4f s1 %.6f -> crossover %.1f nnz (static "
+                   "default: s0 %.4f s1 %.6f -> %.1f)%s\n", M, ws.model.s0, ws.model.s1,
+                   twell_dispatch_crossover(&ws.model), static_model.s0, static_model.s1,
+                   twell_dispatch_crossover(&static_model), e ? "  CALIBRATION FAILED" : "");
+        }
+        printf("\n%-7s %-7s %-6s | %8s %8s %8s %8s %8s %8s | %8s %8s %8s | %7s %6s %-6s %s\n", "M", "pattern", "nnz",
+               "gate", "dense", "sparse", "s.gate", "s.updown", "auto", "sp/gate", "dn/sp", "auto/min", "meannz", "ovf",
+               "auto", "st/min");
         for (int heavy = 0; heavy <= 1; heavy++) {
             if ((heavy && !o.pat_heavy) || (!heavy && !o.pat_uniform)) continue;
             for (double nz : o.nnzs) {
                 if (nz < 0 && heavy) continue;  // 50% is one pattern
                 const double target = nz < 0 ? -nz * F : nz;
-                // fresh inputs
-                seed++;
-                for (int s = 0; s < NSETS; s++) {
-                    bench_fill_normal<<<1024, 256>>>(X[s], (long long)M * D, 1.0f, seed * 16 + s);
-                    bench_set_bias<<<CEIL_DIV(M, 8), 256>>>(X[s], M, D, F, (float)target, heavy);
-                }
-                bench_fill_normal<<<1024, 256>>>(Wg, (long long)F * D, 1.0f / sqrtf((float)D), seed * 16 + 5);
-                bench_set_col0<<<CEIL_DIV(F, 256), 256>>>(Wg, F, D, 1.0f);
-                bench_fill_normal<<<1024, 256>>>(Wu, (long long)F * D, 0.02f, seed * 16 + 6);
-                bench_fill_normal<<<1024, 256>>>(WdT, (long long)F * D, 0.02f, seed * 16 + 7);
-                cudaCheckLaunch();
-                cudaCheck(cudaDeviceSynchronize());
+                make_inputs(M, heavy, target);
 
                 // correctness: sparse vs dense on set 0
                 TwellFFNResult rs, rd;
@@ -196,20 +254,6 @@ int main(int argc, char **argv) {
                     failures++;
                 }
 
-                auto timeit = [&](auto fn) {
-                    for (int w = 0; w < 2; w++) fn(w % NSETS);
-                    std::vector<float> t;
-                    for (int r = 0; r < o.reps; r++) {
-                        cudaCheck(cudaEventRecord(e0, 0));
-                        fn(r % NSETS);
-                        cudaCheck(cudaEventRecord(e1, 0));
-                        cudaCheck(cudaEventSynchronize(e1));
-                        float ms;
-                        cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
-                        t.push_back(ms);
-                    }
-                    return median(t);
-                };
                 float t_gate = timeit([&](int s) { matmul(&mm, Gs, 0, X[s], 0, Wg, 1, M, F, D, 1.0f, 0.0f, 0); });
                 float t_dense = timeit([&](int s) {
                     twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Yd, M, TWELL_PATH_DENSE, -1, NULL, 0); });
@@ -217,31 +261,72 @@ int main(int argc, char **argv) {
                     twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0); });
                 float t_sgate = timeit([&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); });
                 twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);
-                float t_updown = timeit([&](int s) {
-                    twell_updown_launch(ws.updown_variant, 1, ws.tw, X[0], Wu, WdT, Y, M, D, F, 8, 0); });
+                float t_updown = timeit([&](int s) { twell_ffn_updown(&ws, X[0], Wu, WdT, Y, M, 0); });
                 TwellFFNResult ra = {0, -1, -1};
                 float t_auto = timeit([&](int s) {
                     twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_AUTO, -1, &ra, 0); });
+                const TwellPath st = twell_dispatch_decide(&static_model, rs.mean_nnz, (double)rs.n_overflow / M, 0);
+                const float tmin = std::min(t_dense, t_sparse);
                 char nzs[16];
                 if (nz < 0) snprintf(nzs, sizeof nzs, "%g%%", -nz * 100); else snprintf(nzs, sizeof nzs, "%g", nz);
-                printf("%-7d %-7s %-6s | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.2f %8.2f %8.3f | %7.1f %6d %s\n", M,
-                       heavy ? "heavy" : "uniform", nzs, t_gate, t_dense, t_sparse, t_sgate, t_updown, t_auto,
-                       t_sparse / t_gate, t_dense / t_sparse, t_auto / std::min(t_dense, t_sparse), rs.mean_nnz,
-                       rs.n_overflow, ra.path == TWELL_PATH_SPARSE ? "sparse" : "dense");
+                printf("%-7d %-7s %-6s | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.2f %8.2f %8.3f | %7.1f %6d %-6s %.3f\n",
+                       M, heavy ? "heavy" : "uniform", nzs, t_gate, t_dense, t_sparse, t_sgate, t_updown, t_auto,
+                       t_sparse / t_gate, t_dense / t_sparse, t_auto / tmin, rs.mean_nnz, rs.n_overflow,
+                       ra.path == TWELL_PATH_SPARSE ? "sparse" : "dense",
+                       (st == TWELL_PATH_SPARSE ? t_sparse : t_dense) / tmin);
                 fflush(stdout);
                 rows.push_back({M, heavy, rs.mean_nnz, t_dense, t_sparse});
                 if (o.variants) {
-                    for (int v = 1; v < TWELL_UPDOWN_NUM_VARIANTS; v++) {
-                        float tv = timeit([&](int s) {
-                            twell_updown_launch(v, 1, ws.tw, X[0], Wu, WdT, Y, M, D, F, 8, 0); });
-                        printf("        updown variant %-10s %8.3f ms\n", twell_updown_variant_name(v), tv);
+                    const int keep_gv = ws.gate_variant, keep_chunk = ws.gate_chunk_rows;
+                    printf("    gate   ");
+                    for (int gv = 0; gv < TWELL_GATE_NUM_VARIANTS; gv++)
+                        for (int c : chunks_sweep) {
+                            if (c > M) continue;
+                            ws.gate_variant = gv;
+                            twell_ffn_set_gate_chunk(&ws, c);
+                            float tg = timeit([&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); });
+                            printf(" %s/%d %.3f", gv == TWELL_GATE_CUBLAS_PACK ? "serial" : "overlap", c, tg);
+                        }
+                    ws.gate_variant = keep_gv;
+                    twell_ffn_set_gate_chunk(&ws, keep_chunk);
+                    printf("\n    gemm   ");
+                    for (int c : chunks_sweep) {
+                        if (c > M) continue;
+                        float tg = timeit([&](int s) {
+                            for (int r0 = 0; r0 < M; r0 += c)
+                                matmul(&mm, ws.gate_scratch[0], 0, X[s] + (size_t)r0 * D, 0, Wg, 1, std::min(c, M - r0),
+                                       F, D, 1.0f, 0.0f, 0);
+                        });
+                        printf(" chunk%d %.3f", c, tg);
                     }
+                    printf("\n    updown ");
+                    twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);
+                    const int keep_v = ws.updown_variant;
+                    for (int v = 1; v < TWELL_UPDOWN_NUM_VARIANTS; v++) {
+                        if (!twell_updown_variant_supports(v, D)) continue;
+                        ws.updown_variant = v;
+                        float tv = timeit([&](int s) { twell_ffn_updown(&ws, X[0], Wu, WdT, Y, M, 0); });
+                        printf(" %s %.3f", twell_updown_variant_name(v), tv);
+                    }
+                    ws.updown_variant = keep_v;
+                    printf("\n    options (%s):", twell_updown_variant_name(ws.updown_variant));
+                    for (int opt = 0; opt < 4; opt++) {
+                        set_opts(opt & 1, opt >> 1);
+                        float tv = timeit([&](int s) { twell_ffn_updown(&ws, X[0], Wu, WdT, Y, M, 0); });
+                        if (ws.l2_persist) (void)cudaCtxResetPersistingL2Cache();
+                        printf(" %s %.3f", opt == 0 ? "plain" : opt == 1 ? "interleave" : opt == 2 ? "l2persist"
+                                                                                           : "interleave+l2", tv);
+                    }
+                    set_opts(o.interleave, o.l2persist);
+                    printf("\n");
+                    fflush(stdout);
                 }
             }
         }
+    }
     // Crossover: interpolate the mean nnz where sparse time = dense time (per M and pattern).
-    printf("\ncrossover (sparse = dense), mean nnz per token; the dispatch threshold is sparse_max_nnz = %.0f:\n",
-           ws.sparse_max_nnz);
+    printf("\ncrossover (sparse = dense), mean nnz per token (model crossover: %.1f):\n",
+           twell_dispatch_crossover(&ws.model));
     for (size_t i = 1; i < rows.size(); i++) {
         const Row &a = rows[i - 1], &b = rows[i];
         if (a.M != b.M || a.heavy != b.heavy) continue;
@@ -249,6 +334,20 @@ int main(int argc, char **argv) {
         if (da <= 0 && db > 0) {
             double x = a.nnz + (b.nnz - a.nnz) * (-da) / (db - da);
             printf("  M=%d %s: crossover at about %.0f non-zeros per token\n", a.M, a.heavy ? "heavy" : "uniform", x);
+        }
+    }
+    // Least-squares fit of sparse/dense = s0 + s1 * nnz on the uniform rows with nnz <= 160.
+    for (int M : o.Ms) {
+        double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+        for (const Row &r : rows)
+            if (r.M == M && !r.heavy && r.nnz <= 160) {
+                double y = r.sparse / r.dense;
+                n++; sx += r.nnz; sy += y; sxx += r.nnz * r.nnz; sxy += r.nnz * y;
+            }
+        if (n >= 2 && n * sxx - sx * sx > 0) {
+            double s1 = (n * sxy - sx * sy) / (n * sxx - sx * sx), s0 = (sy - s1 * sx) / n;
+            printf("fitted model M=%d (uniform, nnz <= 160): TWELL_DISPATCH_S0 %.4f  TWELL_DISPATCH_S1 %.6f -> "
+                   "crossover %.1f\n", M, s0, s1, s1 > 0 ? (1 - s0) / s1 : 1e30);
         }
     }
     twell_ffn_workspace_free(&ws);

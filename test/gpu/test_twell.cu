@@ -266,7 +266,12 @@ static void run_shapes(int gated) {
         assert_int_equal(twell_ffn_workspace_create(&ws, sh.M, sh.D, sh.F, sh.C, gated), TWELL_OK);
         ws.gate_chunk_rows = sh.gate_chunk;
         if (ws.gate_chunk_rows > sh.M) ws.gate_chunk_rows = sh.M;
-        check_gate(&P, &ws);
+        for (int gv = 0; gv < TWELL_GATE_NUM_VARIANTS; gv++) {  // every gate variant, bit for bit
+            ws.gate_variant = gv;
+            printf("    gate variant %s, chunk %d\n", twell_gate_variant_name(gv), ws.gate_chunk_rows);
+            check_gate(&P, &ws);
+        }
+        ws.gate_variant = TWELL_GATE_DEFAULT;
         int want_ovf = count_ovf_rows(&P);
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse");
         assert_int_equal(r.path, TWELL_PATH_SPARSE);
@@ -275,16 +280,54 @@ static void run_shapes(int gated) {
         r = check_ffn(&P, &ws, TWELL_PATH_DENSE, -1, "dense");
         assert_int_equal(r.path, TWELL_PATH_DENSE);
         r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto");
+        // The serial gate variant through the whole FFN too.
+        ws.gate_variant = TWELL_GATE_CUBLAS_PACK;
+        check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/gate_serial");
+        ws.gate_variant = TWELL_GATE_DEFAULT;
         // Every up/down variant that takes this D.
         for (int v = 1; v < TWELL_UPDOWN_NUM_VARIANTS; v++) {
-            if (sh.D > 2048 && (v == TWELL_UPDOWN_256_G4 || v == TWELL_UPDOWN_256_G8 || v == TWELL_UPDOWN_128_G8 ||
-                                v == TWELL_UPDOWN_128_G4_FENCE || v == TWELL_UPDOWN_256_G8_FENCE))
-                continue;
+            if (!twell_updown_variant_supports(v, sh.D)) continue;
             ws.updown_variant = v;
             char name[64];
             snprintf(name, sizeof name, "sparse/%s", twell_updown_variant_name(v));
             check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, name);
         }
+        ws.updown_variant = TWELL_UPDOWN_AUTO;
+        // Interleaved weights [F, 2, D]: the converter bit for bit, then the FFN on them.
+        bf16 *dWi;
+        cudaCheck(cudaMalloc(&dWi, sizeof(bf16) * (size_t)sh.F * 2 * sh.D));
+        cudaCheck(cudaMemset(dWi, 0xFF, sizeof(bf16) * (size_t)sh.F * 2 * sh.D));
+        assert_int_equal(twell_interleave_weights(gated ? P.dWu : P.dW1, P.dWdT, sh.F, sh.D, dWi, 0), TWELL_OK);
+        {
+            std::vector<float> wi((size_t)sh.F * 2 * sh.D);
+            download_bf16(wi.data(), dWi, wi.size());
+            const std::vector<float> &up = gated ? P.Wu : P.W1;
+            for (int n = 0; n < sh.F; n++)
+                for (int d = 0; d < sh.D; d++) {
+                    if (wi[((size_t)n * 2) * sh.D + d] != up[(size_t)n * sh.D + d] ||
+                        wi[((size_t)n * 2 + 1) * sh.D + d] != P.WdT[(size_t)n * sh.D + d])
+                        fail_msg("interleaved weights wrong at n=%d d=%d", n, d);
+                }
+        }
+        assert_int_equal(twell_ffn_set_interleaved(&ws, dWi), TWELL_OK);
+        check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/interleaved");
+        ws.updown_variant = TWELL_UPDOWN_128_G4;
+        check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/interleaved/nt128_g4");
+        ws.updown_variant = TWELL_UPDOWN_AUTO;
+        // L2 persistence window (with and without interleaving); the limit is restored afterwards.
+        size_t limit_before = 0;
+        cudaCheck(cudaDeviceGetLimit(&limit_before, cudaLimitPersistingL2CacheSize));
+        assert_int_equal(twell_ffn_set_l2_persist(&ws, 1), TWELL_OK);
+        check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/interleaved/l2persist");
+        assert_int_equal(ws.l2_persist, 1);  // no call failed (a failure switches it off with a warning)
+        assert_int_equal(twell_ffn_set_interleaved(&ws, NULL), TWELL_OK);
+        check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/l2persist");
+        assert_int_equal(ws.l2_persist, 1);
+        assert_int_equal(twell_ffn_set_l2_persist(&ws, 0), TWELL_OK);
+        size_t limit_after = 0;
+        cudaCheck(cudaDeviceGetLimit(&limit_after, cudaLimitPersistingL2CacheSize));
+        assert_true(limit_after == limit_before);
+        cudaCheck(cudaFree(dWi));
         twell_ffn_workspace_free(&ws);
         problem_free(&P);
     }
@@ -310,6 +353,7 @@ static void test_uniform_nnz(void **state) {
     const int M = 200, D = 256, F = 5632;
     TwellFFNWorkspace ws;
     assert_int_equal(twell_ffn_workspace_create(&ws, M, D, F, 8, 1), TWELL_OK);
+    assert_int_equal(twell_ffn_set_gate_chunk(&ws, 64), TWELL_OK);  // 4 chunks: the overlap alternates buffers
     for (size_t i = 0; i < sizeof nnzs / sizeof nnzs[0]; i++) {
         Problem P;
         problem_make(&P, M, D, F, 8, 1, ROW_UNIFORM, nnzs[i], g_seed + 77 + i);
@@ -374,6 +418,51 @@ static void test_dispatch(void **state) {
     twell_ffn_workspace_free(&ws);
 }
 
+// The dispatch cost model and its hysteresis (host logic: runs without a GPU).
+static void test_dispatch_model(void **state) {
+    (void)state;
+    TwellDispatchModel m = {0.5, 0.01, 1.0, 0.05, 0};  // crossover at 50
+    assert_true(fabs(twell_dispatch_crossover(&m) - 50.0) < 1e-9);
+    assert_int_equal(twell_dispatch_decide(&m, 10, 0, 0), TWELL_PATH_SPARSE);
+    assert_int_equal(twell_dispatch_decide(&m, 90, 0, 0), TWELL_PATH_DENSE);
+    // Inside the band (ratio in [0.95, 1.05] = nnz 45..55): keep the previous path.
+    assert_int_equal(twell_dispatch_decide(&m, 53, 0, TWELL_PATH_SPARSE), TWELL_PATH_SPARSE);
+    assert_int_equal(twell_dispatch_decide(&m, 47, 0, TWELL_PATH_DENSE), TWELL_PATH_DENSE);
+    assert_int_equal(twell_dispatch_decide(&m, 53, 0, 0), TWELL_PATH_DENSE);  // no history: the side of 1
+    assert_int_equal(twell_dispatch_decide(&m, 47, 0, 0), TWELL_PATH_SPARSE);
+    // Outside the band the history does not matter.
+    assert_int_equal(twell_dispatch_decide(&m, 56, 0, TWELL_PATH_SPARSE), TWELL_PATH_DENSE);
+    assert_int_equal(twell_dispatch_decide(&m, 44, 0, TWELL_PATH_DENSE), TWELL_PATH_SPARSE);
+    // Overflow rows cost the dense fallback.
+    assert_int_equal(twell_dispatch_decide(&m, 10, 0.5, 0), TWELL_PATH_DENSE);
+    // The defaults: nnz 29 sparse, 256 dense.
+    TwellDispatchModel d = {TWELL_DISPATCH_S0, TWELL_DISPATCH_S1, TWELL_DISPATCH_FOVF, TWELL_DISPATCH_MARGIN, 0};
+    assert_int_equal(twell_dispatch_decide(&d, 29, 0, 0), TWELL_PATH_SPARSE);
+    assert_int_equal(twell_dispatch_decide(&d, 256, 0, 0), TWELL_PATH_DENSE);
+}
+
+// Calibration on real data fits a sane model, resets the history, and the FFN stays correct after.
+static void test_calibrate(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    const int M = 512, D = 256, F = 2048;
+    TwellFFNWorkspace ws;
+    assert_int_equal(twell_ffn_workspace_create(&ws, M, D, F, 8, 1), TWELL_OK);
+    Problem P;
+    problem_make(&P, M, D, F, 8, 1, ROW_UNIFORM, 29, g_seed + 11);
+    assert_int_equal(twell_ffn_calibrate(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, M, 3, 0), TWELL_OK);
+    printf("    calibrated (tiny problem): s0 %.3f s1 %.5f crossover %.1f\n", ws.model.s0, ws.model.s1,
+           twell_dispatch_crossover(&ws.model));
+    assert_int_equal(ws.model.calibrated, 1);
+    assert_true(isfinite(ws.model.s0) && ws.model.s0 > 0);
+    assert_true(isfinite(ws.model.s1) && ws.model.s1 > 0);
+    assert_true(ws.last_path == 0 && ws.last_mean_nnz < 0);
+    check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto after calibrate");
+    check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto after calibrate (2)");
+    problem_free(&P);
+    twell_ffn_workspace_free(&ws);
+}
+
 static void test_shape_errors(void **state) {
     (void)state;
     if (!g_have_gpu) skip();
@@ -394,6 +483,19 @@ static void test_shape_errors(void **state) {
     ws.updown_variant = 99;
     assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
                      TWELL_ERR_ARG);
+    ws.updown_variant = TWELL_UPDOWN_AUTO;
+    ws.gate_variant = 99;
+    assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
+                     TWELL_ERR_ARG);
+    ws.gate_variant = TWELL_GATE_DEFAULT;
+    assert_int_equal(twell_ffn_set_gate_chunk(&ws, 0), TWELL_ERR_ARG);
+    assert_int_equal(twell_ffn_set_interleaved(&ws, buf + 1), TWELL_ERR_ARG);
+    assert_int_equal(twell_interleave_weights(buf, buf, 512, 100, buf, 0), TWELL_ERR_ARG);
+    // A variant that cannot take this D (nt32: D <= 2048) is an error, not a silent no-op.
+    assert_int_equal(twell_updown_launch(TWELL_UPDOWN_32_G1, 1, ws.tw, buf, buf, buf, 4096, buf, 1, 4096, 512, 8, 0),
+                     TWELL_ERR_SHAPE);
+    assert_int_equal(twell_updown_launch(TWELL_UPDOWN_AUTO, 1, ws.tw, buf, buf, buf, 64, buf, 1, 128, 512, 8, 0),
+                     TWELL_ERR_ARG);  // ldw < D
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaFree(buf));
     twell_ffn_workspace_free(&ws);
@@ -449,6 +551,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_shape_errors),        cmocka_unit_test(test_all_full_and_all_zero),
         cmocka_unit_test(test_gated_mixed_rows),    cmocka_unit_test(test_nongated_mixed_rows),
         cmocka_unit_test(test_uniform_nnz),         cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_dispatch_model),      cmocka_unit_test(test_calibrate),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (g_have_gpu) matmul_context_free(&g_mm);

@@ -14,7 +14,9 @@
 //   then sparse/gate, dense/sparse, auto/min(dense, sparse), measured mean nnz and overflow rows, the
 //   auto path, and st/min: what the STATIC default model (TWELL_DISPATCH_*) would pick / min.
 // --variants adds, per configuration, side by side (ms):
-//   gate:    s.gate for the gate variants x chunk rows 2048 4096 8192 16384, and the chunked GEMM alone
+//   gate:    s.gate for the gate variants x chunk rows 2048 4096 8192 16384
+//   gemm:    the chunked GEMM alone (chunk rows as above), and the pack kernel alone over all M rows
+//            (chunks of 2048 / 8192 read from one scratch buffer: L2-resident vs HBM)
 //   updown:  every up/down variant; the default variant with interleaved weights, L2 window, both
 // At the end: the crossover nnz per (M, pattern), and the model fitted to the uniform rows (paste into
 // TWELL_DISPATCH_S0 / S1 in twell/ffn.cuh).
@@ -298,6 +300,19 @@ int main(int argc, char **argv) {
                                        F, D, 1.0f, 0.0f, 0);
                         });
                         printf(" chunk%d %.3f", c, tg);
+                    }
+                    // The pack kernel alone over M rows (reads scratch[0] chunk by chunk; tw is rewritten by the
+                    // gate below before it is used again).
+                    for (int c : {2048, 8192}) {
+                        if (c > M) continue;
+                        float tp = timeit([&](int s) {
+                            cudaCheck(cudaMemsetAsync(ws.ovf_flag, 0, sizeof(int) * (size_t)M, 0));
+                            cudaCheck(cudaMemsetAsync(ws.counters, 0, sizeof(TwellCounters), 0));
+                            for (int r0 = 0; r0 < M; r0 += c)
+                                twell_pack_launch(ws.gate_scratch[0], std::min(c, M - r0), r0, F, 8, ws.tw, ws.ovf_flag,
+                                                  ws.ovf_list, ws.counters, 0);
+                        });
+                        printf(" pack%d %.3f", c, tp);
                     }
                     printf("\n    updown ");
                     twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);

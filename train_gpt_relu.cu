@@ -33,7 +33,7 @@ typedef struct {
     const char *train, *val, *preset, *init_from, *out, *tokenizer, *schedule;
     int batch, seq, total_batch, steps, warmup, eval_every, eval_batches, sample_every, sample_tokens, ckpt_every,
         resume, recompute, vocab, log_stats_every, bench, stop_at, d_model, n_layer, n_head, n_kv_head, head_dim,
-        d_ff, nongated, max_seq, rank, world, time_limit, deterministic;
+        d_ff, nongated, max_seq, rank, world, time_limit, deterministic, profile;
     float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta;
     unsigned long long seed;
 } Options;
@@ -60,6 +60,14 @@ static double device_peak_bf16(const char *name) {
         return 989e12;                      // SXM ("H100 80GB HBM3")
     }
     return 0;
+}
+
+// Median of n values (sorted in place); 0 if n == 0.
+static double median_ms(double *v, int n) {
+    if (n <= 0) return 0.0;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
+    return v[n / 2];
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -270,7 +278,8 @@ int main(int argc, char **argv) {
         {"log-stats-every", 0, CLI_INT, &o.log_stats_every, "per-layer sparsity statistics every N steps (0: off)", 0, 2e9, 0},
         {"deterministic", 0, CLI_FLAG, &o.deterministic, "bit-reproducible runs: deterministic attention backward (slower; sets SLLM_ATTN=simple)", 0, 0, 0},
         {"time-limit", 0, CLI_INT, &o.time_limit, "stop after this many seconds of training (eval, sample, checkpoint, exit)", 1, 1e9, 0},
-        {"bench", 0, CLI_INT, &o.bench, "benchmark: N steps (random tokens if no --train), median step time", 1, 1e6, 0},
+        {"bench", 0, CLI_INT, &o.bench, "benchmark: N steps (random tokens if no --train), median step time and a per-phase GPU time table (CUDA events)", 1, 1e6, 0},
+        {"profile", 0, CLI_FLAG, &o.profile, "print the per-phase GPU time table in training too (every --log-stats-every steps)", 0, 0, 0},
         {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
     };
     cli_parse(argc, argv, opts, "train_gpt_relu",
@@ -417,10 +426,33 @@ int main(int argc, char **argv) {
     model_reset_sparsity(&model);
     const int total_steps = o.bench ? o.bench : o.steps;
     double *step_ms = (double *)sllm_calloc(total_steps + 1, sizeof(double));
+    int *step_prof = (int *)sllm_calloc(total_steps + 1, sizeof(int));
     const float dloss = 1.0f / (float)((double)B * T * accum);
     const float l1_coef = (float)(cfg.l1_lambda / ((double)L * B * T * accum));
     Rng data_rng;  // synthetic tokens for --bench without --train
     rng_seed(&data_rng, o.seed);
+    StepProfiler prof;
+    prof_init(&prof);
+    const int want_prof = o.bench || o.profile;
+    if (want_prof) {
+        // FLOPs per step of the GEMM phases (forward GEMM 2*N*K*M; each backward GEMM phase does 2 of them)
+        const double Nt = (double)tokens_per_step, D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size,
+                     QKV = (double)cfg.n_head * cfg.head_dim + 2.0 * cfg.n_kv_head * cfg.head_dim,
+                     Qd = (double)cfg.n_head * cfg.head_dim, G = cfg.gated ? 2 : 1;
+        prof.flops[PH_ATT_QKV] = 2 * Nt * D * QKV * L;
+        prof.flops[PH_ATT_OUT] = 2 * Nt * Qd * D * L;
+        prof.flops[PH_FFN_GU] = 2 * Nt * D * F * G * L;
+        prof.flops[PH_FFN_DOWN] = 2 * Nt * F * D * L;
+        prof.flops[PH_LM_FWD] = 2 * Nt * D * V;
+        prof.flops[PH_LM_BWD] = 4 * Nt * D * V;
+        prof.flops[PH_B_FFN_DOWN] = 4 * Nt * F * D * L;
+        prof.flops[PH_B_FFN_GU] = 4 * Nt * D * F * G * L;
+        prof.flops[PH_B_ATT_OUT] = 4 * Nt * Qd * D * L;
+        prof.flops[PH_B_ATT_QKV] = 4 * Nt * D * QKV * L;
+        // attention (causal: half of the T x T): fwd 2 GEMMs, bwd 5 (as model_flops_per_token counts 4+8 -> 6)
+        prof.flops[PH_ATT_CORE] = 2.0 * Nt * T * Qd * L;
+        prof.flops[PH_B_ATT_CORE] = 5.0 * Nt * T * Qd * L;
+    }
 
     const double t_train0 = sllm_time_s();
     int time_up = 0;
@@ -453,6 +485,11 @@ int main(int argc, char **argv) {
         if (last) break;
 
         double t0 = sllm_time_s();
+        // attached for the step only (not eval / sampling); --bench profiles every other step, so the median
+        // of the steps without events shows that the events cost nothing
+        model.prof = (want_prof && (!o.bench || (step - start_step) % 2 == 0)) ? &prof : NULL;
+        const int profiled = model.prof != NULL;
+        model_mark(&model, PH_ZERO);
         model_zero_grad(&model);
         for (int a = 0; a < accum; a++) {
             if (train) loader_next(train, in, tg);
@@ -467,9 +504,14 @@ int main(int argc, char **argv) {
         float lr = lr_schedule(o.schedule, step, o.warmup, o.steps, o.lr, o.final_lr_frac);
         AdamWParams hp = {lr, o.beta1, o.beta2, o.eps, o.wd, o.grad_clip, step + 1};
         model_adamw(&model, &hp);
+        model_mark(&model, PH_END);
         ModelStepStats st;
         model_read_step(&model, &st);  // synchronises
         double dt = sllm_time_s() - t0;
+        // profile: skip the first 2 steps (warm-up: cuBLASLt heuristics, first launches), as the median does
+        if (model.prof) prof_end_step(&prof, dt * 1e3, step - start_step >= 2);
+        if (o.bench) step_prof[step] = profiled;
+        model.prof = NULL;
         step_ms[step] = dt * 1e3;
         double ce = st.ce_sum / (double)tokens_per_step;
         double l1 = st.l1_sum_all / ((double)L * tokens_per_step);
@@ -493,12 +535,28 @@ int main(int argc, char **argv) {
             logger_printf(&lg, "\n");
             logger_metric(&lg, "s:%d nnz:%.6g alive:%.6g\n", step + 1, mn / L, ma / L);
             model_reset_sparsity(&model);
+            if (o.profile && !o.bench && prof.steps) {
+                prof_print(&prof, stdout);
+                if (lg.log) prof_print(&prof, lg.log);
+                StepProfiler keep = prof;  // restart the averages, keep the event pool
+                memset(keep.ms, 0, sizeof keep.ms);
+                keep.span_ms = keep.wall_ms = 0;
+                keep.steps = 0;
+                prof = keep;
+            }
         }
     }
 
     if (o.bench) {
         // median over the steps after 2 warm-up steps
         int n = total_steps > 3 ? total_steps - 2 : total_steps;
+        // medians of the steps with and without profiling events (before sorting)
+        double with_ev[64], without_ev[64];
+        int nw = 0, nwo = 0;
+        for (int i = total_steps - n; i < total_steps; i++) {
+            if (step_prof[i] && nw < 64) with_ev[nw++] = step_ms[i];
+            else if (!step_prof[i] && nwo < 64) without_ev[nwo++] = step_ms[i];
+        }
         double *v = step_ms + (total_steps - n);
         for (int i = 1; i < n; i++)
             for (int j = i; j > 0 && v[j - 1] > v[j]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
@@ -513,8 +571,14 @@ int main(int argc, char **argv) {
                            "%.1f tokens/ms, MFU %s, device memory used %.1f GiB\n",
                       o.preset, L, cfg.d_model, cfg.d_ff, cfg.vocab_size, B, T, o.recompute, med, n, tpms, mfu,
                       (totm - fr) / 1073741824.0);
+        logger_printf(&lg, "bench: median step without profiling events %.2f ms (%d steps), with events %.2f ms (%d steps)\n",
+                      median_ms(without_ev, nwo), nwo, median_ms(with_ev, nw), nw);
+        prof_print(&prof, stdout);
+        if (lg.log) prof_print(&prof, lg.log);
     }
-    free(step_ms); free(nnz); free(alive); free(in); free(tg);
+    model.prof = NULL;
+    prof_free(&prof);
+    free(step_ms); free(step_prof); free(nnz); free(alive); free(in); free(tg);
     if (tok) tokenizer_free(tok);
     if (train) loader_close(train);
     if (val) loader_close(val);

@@ -37,6 +37,7 @@
 #include "matmul.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
+#include "step_profiler.cuh"
 
 typedef enum {
     MODEL_EVAL = 0,    // loss only (targets required)
@@ -82,7 +83,16 @@ typedef struct {
     MatmulContext mm;
     cudaStream_t stream;
     size_t param_bytes, grad_bytes, opt_bytes;
+    // Gradients: model_zero_grad does NOT memset them (2 GB at 0.5B); it sets grads_fresh, and the first
+    // backward after it WRITES every gradient element (GEMMs with beta = 0, norm gains with =, the classifier's
+    // first dE chunk with beta = 0, embedding backward after it with +=), then clears the flag.
+    int grads_fresh;
+    StepProfiler *prof;        // per-phase CUDA-event timing when set (--bench); NULL: no events
 } Model;
+
+static inline void model_mark(Model *m, int phase) {
+    if (m->prof) prof_mark(m->prof, phase, m->stream);
+}
 
 // ---- parameter pointers --------------------------------------------------------------------------
 static inline size_t model_slice(const Model *m, ParamKind k, int l) {
@@ -137,7 +147,15 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
     m->Q = cfg->n_head * cfg->head_dim; m->KV = cfg->n_kv_head * cfg->head_dim; m->G = cfg->gated ? 2 : 1;
     const size_t N = m->N, D = cfg->d_model, L = cfg->n_layer, F = cfg->d_ff, V = cfg->vocab_size;
     const size_t Q = m->Q, KV = m->KV, G = m->G, H = cfg->n_head;
-    size_t chunk = (256u << 20) / (2 * V);
+    // Classifier chunk: up to 512 MiB of bf16 logits, split into EQUAL chunks (multiples of 64 rows where
+    // possible): each chunk re-reads and re-writes the fp32 dE [V, D] (0.8 GB at V=49152, D=2048), so fewer,
+    // even chunks beat a 2730+2730+2730+2 split (0.5B at 4 x 2048: 2 chunks of 4096 rows).
+    size_t max_rows = (512u << 20) / (2 * V);
+    if (max_rows < (size_t)T) max_rows = T;
+    size_t nchunks = (N + max_rows - 1) / max_rows;
+    size_t chunk = (N + nchunks - 1) / nchunks;
+    chunk = (chunk + 63) & ~(size_t)63;
+    if (chunk > max_rows) chunk = max_rows;
     if (chunk < (size_t)T) chunk = T;
     if (chunk > N) chunk = N;
     m->chunk = (int)chunk;
@@ -301,9 +319,10 @@ static inline void model_set_opt_state(Model *m, const float *mh, const float *v
 }
 
 // ---- step bookkeeping ---------------------------------------------------------------------------
-// Zero gradients, the step's CE accumulator and L1 partial sums (start of an optimizer step).
+// Start of an optimizer step: gradients count as zero (lazily, see Model.grads_fresh), zero the step's CE
+// accumulator and L1 partial sums.
 static inline void model_zero_grad(Model *m) {
-    cudaCheck(cudaMemsetAsync(m->grads, 0, m->grad_bytes, m->stream));
+    m->grads_fresh = 1;  // the next backward overwrites every gradient (see Model.grads_fresh)
     cudaCheck(cudaMemsetAsync(m->l1_part, 0, (size_t)m->cfg.n_layer * FFN_STAT_BLOCKS * 4, m->stream));
     cudaCheck(cudaMemsetAsync(m->scalars, 0, SC_COUNT * 4, m->stream));
 }
@@ -353,6 +372,7 @@ static inline void model_forward(Model *m, const int *inputs, const int *targets
     if (stats) m->stat_tokens += N;
 
     const float eps = c->norm_eps;
+    model_mark(m, PH_EMBED);
     embedding_forward(m->res, m->tokens, model_w(m, PARAM_EMBED, 0), N, D, s);
     for (int l = 0; l < L; l++) {
         bf16 *x = m->res + l * NA * D;
@@ -365,6 +385,7 @@ static inline void model_forward(Model *m, const int *inputs, const int *targets
         float *lse = m->lse + l * m->lse_stride;
         bf16 *gu = m->gu + l * G * NA * F;
         bf16 *h = m->h + (m->recompute >= 1 ? 0 : l) * NA * F;
+        model_mark(m, PH_ATT_QKV);
         if (l == 0) rmsnorm_forward(ln1, rstd1, x, model_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
         // q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T (one batched GEMM for MHA: the three weights of a layer
         // are L*Q*D elements apart in the flat buffer)
@@ -376,17 +397,21 @@ static inline void model_forward(Model *m, const int *inputs, const int *targets
             matmul(&m->mm, k, 0, ln1, 0, model_w(m, PARAM_WK, l), 1, N, KV, D, 1.0f, 0.0f, s);
             matmul(&m->mm, v, 0, ln1, 0, model_w(m, PARAM_WV, l), 1, N, KV, D, 1.0f, 0.0f, s);
         }
-        rope_forward(q, m->rope, N, T, H, hd, s);
-        rope_forward(k, m->rope, N, T, KVH, hd, s);
+        rope_forward_qk(q, H, k, KVH, m->rope, N, T, hd, s);  // q and k in one launch
+        model_mark(m, PH_ATT_CORE);
         attention_forward(att, lse, q, k, v, B, T, H, KVH, hd, s);
+        model_mark(m, PH_ATT_OUT);
         matmul(&m->mm, m->y, 0, att, 0, model_w(m, PARAM_WO, l), 1, N, D, Q, 1.0f, 0.0f, s);
         fused_residual_rmsnorm_forward(xm, ln2, rstd2, x, m->y, model_w(m, PARAM_FFN_NORM, l), N, D, eps, s);
         // gate and up in ONE strided-batched GEMM (Wg and Wu of a layer are L*F*D elements apart)
+        model_mark(m, PH_FFN_GU);
         matmul_strided_batched(&m->mm, gu, 0, (long long)N * F, ln2, 0, 0,
                                model_w(m, c->gated ? PARAM_WG : PARAM_WU, l), 1, (long long)L * F * D, G, N, F, D,
                                1.0f, 0.0f, s);
+        model_mark(m, PH_FFN_ACT);
         ffn_forward(h, gu, N, F, c->gated, stats ? m->l1_part + (size_t)l * FFN_STAT_BLOCKS : NULL,
                     stats ? m->nnz + l : NULL, stats ? m->fired + (size_t)l * F : NULL, s);
+        model_mark(m, PH_FFN_DOWN);
         matmul(&m->mm, m->y, 0, h, 0, model_w(m, PARAM_WD, l), 1, N, D, F, 1.0f, 0.0f, s);
         if (l + 1 < L) {
             bf16 *ln1n = m->ln1 + (m->recompute >= 2 ? 0 : l + 1) * NA * D;
@@ -401,31 +426,39 @@ static inline void model_forward(Model *m, const int *inputs, const int *targets
     const bf16 *E = model_w(m, PARAM_EMBED, 0);
     for (int r0 = 0; r0 < N; r0 += m->chunk) {
         int n = N - r0 < m->chunk ? N - r0 : m->chunk;
+        model_mark(m, PH_LM_FWD);
         matmul(&m->mm, m->logits, 0, m->lnf + (size_t)r0 * D, 0, E, 1, n, V, D, 1.0f, 0.0f, s);
         if (!targets) continue;
+        model_mark(m, PH_LM_CE);
         fused_classifier(m->logits, m->losses + r0, m->targets + r0, n, V, dloss, mode == MODEL_TRAIN, s);
         if (mode == MODEL_TRAIN) {
-            // dlnf = dlogits E ; dE += dlogits^T lnf
+            // dlnf = dlogits E ; dE += dlogits^T lnf (the first chunk after model_zero_grad overwrites dE)
+            model_mark(m, PH_LM_BWD);
             matmul(&m->mm, m->dln + (size_t)r0 * D, 0, m->logits, 0, E, 0, n, D, V, 1.0f, 0.0f, s);
             matmul(&m->mm, model_g(m, PARAM_EMBED, 0), 1, m->logits, 1, m->lnf + (size_t)r0 * D, 0, V, D, n, 1.0f,
-                   1.0f, s);
+                   (m->grads_fresh && r0 == 0) ? 0.0f : 1.0f, s);
         }
     }
+    model_mark(m, PH_LOSS_SUM);
     if (targets) sum_floats(m->scalars + SC_CE, m->losses, N, 1, s);
 }
 
 // ---- backward -------------------------------------------------------------------------------------
-// After model_forward(MODEL_TRAIN). Accumulates into m->grads. l1_coef = lambda / (L * tokens of the step).
+// After model_forward(MODEL_TRAIN). Accumulates into m->grads (or overwrites them: the first backward after
+// model_zero_grad, see Model.grads_fresh). l1_coef = lambda / (L * tokens of the step).
 static inline void model_backward(Model *m, float l1_coef) {
     const ModelConfig *c = &m->cfg;
     const int B = m->cur_B, T = m->cur_T, N = B * T, D = c->d_model, L = c->n_layer, F = c->d_ff, H = c->n_head,
               KVH = c->n_kv_head, hd = c->head_dim, Q = m->Q, KV = m->KV, G = m->G;
     const size_t NA = m->N;
     const float eps = c->norm_eps;
+    const float gb = m->grads_fresh ? 0.0f : 1.0f;  // beta of the weight-gradient GEMMs
+    const int gacc = !m->grads_fresh;                 // norm gains: += (or =)
     cudaStream_t s = m->stream;
     // final norm: dres = d(res[L]) from dlnf (in m->dln)
-    rmsnorm_backward(m->dres, model_g(m, PARAM_FINAL_NORM, 0), m->norm_scratch, m->dln, m->res + (size_t)L * NA * D,
-                     model_w(m, PARAM_FINAL_NORM, 0), m->rstdf, N, D, 0, s);
+    model_mark(m, PH_B_FINAL_NORM);
+    rmsnorm_backward_ex(m->dres, model_g(m, PARAM_FINAL_NORM, 0), m->norm_scratch, m->dln,
+                        m->res + (size_t)L * NA * D, model_w(m, PARAM_FINAL_NORM, 0), m->rstdf, N, D, 0, gacc, s);
     for (int l = L - 1; l >= 0; l--) {
         bf16 *x = m->res + l * NA * D;
         bf16 *xm = m->res_mid + l * NA * D;
@@ -438,63 +471,86 @@ static inline void model_backward(Model *m, float l1_coef) {
         bf16 *gu = m->gu + l * G * NA * F;
         bf16 *h = m->h + (m->recompute >= 1 ? 0 : l) * NA * F;
         // ---- FFN: res_out = xm + h Wd^T
+        model_mark(m, PH_B_FFN_DOWN);
         if (m->recompute >= 1) ffn_forward(h, gu, N, F, c->gated, NULL, NULL, NULL, s);
         if (m->recompute >= 2) rmsnorm_forward(ln2, NULL, xm, model_w(m, PARAM_FFN_NORM, l), N, D, eps, s);
-        matmul(&m->mm, model_g(m, PARAM_WD, l), 1, m->dres, 1, h, 0, D, F, N, 1.0f, 1.0f, s);   // dWd += dres^T h
+        matmul(&m->mm, model_g(m, PARAM_WD, l), 1, m->dres, 1, h, 0, D, F, N, 1.0f, gb, s);     // dWd += dres^T h
         matmul(&m->mm, m->dh, 0, m->dres, 0, model_w(m, PARAM_WD, l), 0, N, F, D, 1.0f, 0.0f, s);  // dh = dres Wd
+        model_mark(m, PH_B_FFN_ACT);
         ffn_backward(gu, m->dh, gu, N, F, c->gated, l1_coef, s);  // gu <- (dg, du) in place
         // dWg, dWu += (dg, du)^T ln2  (batched; gradients of a layer are L*F*D apart)
+        model_mark(m, PH_B_FFN_GU);
         matmul_strided_batched(&m->mm, model_g(m, c->gated ? PARAM_WG : PARAM_WU, l), 1, (long long)L * F * D, gu, 1,
-                               (long long)N * F, ln2, 0, 0, G, F, D, N, 1.0f, 1.0f, s);
-        // dln2 = dg Wg + du Wu
+                               (long long)N * F, ln2, 0, 0, G, F, D, N, 1.0f, gb, s);
+        // dln2 = dg Wg + du Wu (the second GEMM accumulates with beta = 1)
         for (int gi = 0; gi < G; gi++) {
             ParamKind kind = (c->gated && gi == 0) ? PARAM_WG : PARAM_WU;
             matmul(&m->mm, m->dln, 0, gu + (size_t)gi * N * F, 0, model_w(m, kind, l), 0, N, D, F, 1.0f,
                    gi == 0 ? 0.0f : 1.0f, s);
         }
-        rmsnorm_backward(m->dres, model_g(m, PARAM_FFN_NORM, l), m->norm_scratch, m->dln, xm,
-                         model_w(m, PARAM_FFN_NORM, l), rstd2, N, D, 1, s);
+        // dres += rmsnorm backward of dln2 (the residual add fused into the norm kernel)
+        model_mark(m, PH_B_FFN_NORM);
+        rmsnorm_backward_ex(m->dres, model_g(m, PARAM_FFN_NORM, l), m->norm_scratch, m->dln, xm,
+                            model_w(m, PARAM_FFN_NORM, l), rstd2, N, D, 1, gacc, s);
         // ---- attention: xm = x + att Wo^T
-        matmul(&m->mm, model_g(m, PARAM_WO, l), 1, m->dres, 1, att, 0, D, Q, N, 1.0f, 1.0f, s);  // dWo
+        model_mark(m, PH_B_ATT_OUT);
+        matmul(&m->mm, model_g(m, PARAM_WO, l), 1, m->dres, 1, att, 0, D, Q, N, 1.0f, gb, s);  // dWo
         matmul(&m->mm, m->datt, 0, m->dres, 0, model_w(m, PARAM_WO, l), 0, N, Q, D, 1.0f, 0.0f, s);
         bf16 *dq = m->dqkv, *dk = dq + (size_t)N * Q, *dv = dk + (size_t)N * KV;
+        model_mark(m, PH_B_ATT_CORE);
         attention_backward(dq, dk, dv, m->datt, att, lse, q, k, v, m->attn_scratch, B, T, H, KVH, hd, s);
-        rope_backward(dq, m->rope, N, T, H, hd, s);
-        rope_backward(dk, m->rope, N, T, KVH, hd, s);
+        model_mark(m, PH_B_ATT_QKV);
+        rope_backward_qk(dq, H, dk, KVH, m->rope, N, T, hd, s);  // dq and dk in one launch
         if (m->recompute >= 2) rmsnorm_forward(ln1, NULL, x, model_w(m, PARAM_ATTN_NORM, l), N, D, eps, s);
         if (Q == KV)
             matmul_strided_batched(&m->mm, model_g(m, PARAM_WQ, l), 1, (long long)L * Q * D, dq, 1, (long long)N * Q,
-                                   ln1, 0, 0, 3, Q, D, N, 1.0f, 1.0f, s);
+                                   ln1, 0, 0, 3, Q, D, N, 1.0f, gb, s);
         else {
-            matmul(&m->mm, model_g(m, PARAM_WQ, l), 1, dq, 1, ln1, 0, Q, D, N, 1.0f, 1.0f, s);
-            matmul(&m->mm, model_g(m, PARAM_WK, l), 1, dk, 1, ln1, 0, KV, D, N, 1.0f, 1.0f, s);
-            matmul(&m->mm, model_g(m, PARAM_WV, l), 1, dv, 1, ln1, 0, KV, D, N, 1.0f, 1.0f, s);
+            matmul(&m->mm, model_g(m, PARAM_WQ, l), 1, dq, 1, ln1, 0, Q, D, N, 1.0f, gb, s);
+            matmul(&m->mm, model_g(m, PARAM_WK, l), 1, dk, 1, ln1, 0, KV, D, N, 1.0f, gb, s);
+            matmul(&m->mm, model_g(m, PARAM_WV, l), 1, dv, 1, ln1, 0, KV, D, N, 1.0f, gb, s);
         }
+        // dln1 = dq Wq + dk Wk + dv Wv (beta = 1 accumulation, no separate add)
         matmul(&m->mm, m->dln, 0, dq, 0, model_w(m, PARAM_WQ, l), 0, N, D, Q, 1.0f, 0.0f, s);
         matmul(&m->mm, m->dln, 0, dk, 0, model_w(m, PARAM_WK, l), 0, N, D, KV, 1.0f, 1.0f, s);
         matmul(&m->mm, m->dln, 0, dv, 0, model_w(m, PARAM_WV, l), 0, N, D, KV, 1.0f, 1.0f, s);
-        rmsnorm_backward(m->dres, model_g(m, PARAM_ATTN_NORM, l), m->norm_scratch, m->dln, x,
-                         model_w(m, PARAM_ATTN_NORM, l), rstd1, N, D, 1, s);
+        model_mark(m, PH_B_ATT_NORM);
+        rmsnorm_backward_ex(m->dres, model_g(m, PARAM_ATTN_NORM, l), m->norm_scratch, m->dln, x,
+                            model_w(m, PARAM_ATTN_NORM, l), rstd1, N, D, 1, gacc, s);
     }
+    // the classifier's dE (forward) is already in place: the embedding gradient always adds
+    model_mark(m, PH_B_EMBED);
     embedding_backward(model_g(m, PARAM_EMBED, 0), m->dres, m->buckets, m->num_distinct, D, s);
+    m->grads_fresh = 0;
 }
 
 // ---- update -------------------------------------------------------------------------------------
-// Global gradient norm into scalars[SC_NORM] (device).
+// Global gradient norm into scalars[SC_NORM] (device). Gradients must have been written by a backward.
 static inline void model_grad_norm(Model *m) {
+    if (m->grads_fresh) SLLM_FATAL("model_grad_norm: no backward since model_zero_grad (gradients not written)");
+    model_mark(m, PH_GRAD_NORM);
     global_norm(m->scalars + SC_NORM, m->gn_scratch, m->grads, m->lay.total, m->stream);
 }
 // AdamW on every tensor; weight decay only where ParamTensor.weight_decay; clipping by the device norm
 // (call model_grad_norm first).
 static inline void model_adamw(Model *m, const AdamWParams *hp) {
     if (!m->opt) SLLM_FATAL("model_adamw: model was created without optimizer state");
+    // ONE launch over the flat buffer: the tensors are contiguous in ParamKind order (config_param_layout)
+    AdamWSegments seg;
+    memset(&seg, 0, sizeof seg);
+    size_t end = 0;
     for (int k = 0; k < NUM_PARAM_KINDS; k++) {
         const ParamTensor *t = &m->lay.t[k];
         if (t->numel == 0) continue;
-        size_t o = t->offset;
-        adamw_update(m->params + o, m->master + o, m->m + o, m->v + o, m->grads + o, t->numel, hp,
-                     t->weight_decay ? hp->weight_decay : 0.0f, m->scalars + SC_NORM, m->stream);
+        if (t->offset != end) SLLM_FATAL("model_adamw: tensor %s at offset %zu, expected %zu (flat layout not contiguous)",
+                                         t->name, t->offset, end);
+        end += t->numel;
+        seg.end[seg.count] = end;
+        seg.wd[seg.count] = t->weight_decay ? hp->weight_decay : 0.0f;
+        seg.count++;
     }
+    model_mark(m, PH_ADAMW);
+    adamw_update_multi(m->params, m->master, m->m, m->v, m->grads, &seg, hp, m->scalars + SC_NORM, m->stream);
 }
 
 // ---- statistics back to the host (one sync) --------------------------------------------------------

@@ -8,7 +8,7 @@
 // Fused forward: res = a + b (rounded to bf16, written to `res`), then out = rmsnorm(res).
 // Backward (per row, xhat = x * rstd):
 //   dx = rstd * (dy*w - xhat * mean(dy*w*xhat));   dres = (accumulate ? dres : 0) + dx   (bf16, in place)
-//   dw += sum_rows dy * xhat                          (fp32, deterministic two-stage column reduction)
+//   dw (+)= sum_rows dy * xhat                        (fp32, deterministic two-stage column reduction)
 // Requirements: D % 8 == 0, 16-byte aligned rows. One warp per row; 8 bf16 per 16-byte access.
 #ifndef SLLM_RMSNORM_CUH
 #define SLLM_RMSNORM_CUH
@@ -137,20 +137,20 @@ __global__ void rmsnorm_backward_dw_partial_kernel(float *partial, const bf16 *d
         partial[(size_t)split * D + c + 1] = s1;
     }
 }
-// Stage 2: dw[d] += sum_s partial[s, d] (fixed order).
-__global__ void rmsnorm_backward_dw_final_kernel(float *dw, const float *partial, int D) {
+// Stage 2: dw[d] (+)= sum_s partial[s, d] (fixed order); accumulate_dw = 0 overwrites dw.
+__global__ void rmsnorm_backward_dw_final_kernel(float *dw, const float *partial, int D, int accumulate_dw) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= D) return;
     float s = 0.0f;
     for (int k = 0; k < RMSNORM_DW_SPLITS; k++) s += partial[(size_t)k * D + c];
-    dw[c] += s;
+    dw[c] = accumulate_dw ? dw[c] + s : s;
 }
 static inline size_t rmsnorm_backward_scratch_floats(int D) { return (size_t)RMSNORM_DW_SPLITS * D; }
 
-// dres (= or +=) dx; dw += dW.  scratch: rmsnorm_backward_scratch_floats(D) floats.
-static inline void rmsnorm_backward(bf16 *dres, float *dw, float *scratch, const bf16 *dy, const bf16 *x,
-                                    const bf16 *w, const float *rstd, int N, int D, int accumulate,
-                                    cudaStream_t stream) {
+// dres (= or +=) dx; dw (= or +=) dW.  scratch: rmsnorm_backward_scratch_floats(D) floats.
+static inline void rmsnorm_backward_ex(bf16 *dres, float *dw, float *scratch, const bf16 *dy, const bf16 *x,
+                                       const bf16 *w, const float *rstd, int N, int D, int accumulate,
+                                       int accumulate_dw, cudaStream_t stream) {
     if (D % 8) SLLM_FATAL("rmsnorm_backward: D=%d must be a multiple of 8", D);
     rmsnorm_backward_dx_kernel<<<CEIL_DIV(N, RMSNORM_WARPS), 32 * RMSNORM_WARPS, 0, stream>>>(dres, dy, x, w, rstd, N,
                                                                                               D, accumulate);
@@ -158,8 +158,14 @@ static inline void rmsnorm_backward(bf16 *dres, float *dw, float *scratch, const
     dim3 grid(CEIL_DIV(D, 64), RMSNORM_DW_SPLITS), block(32, 8);
     rmsnorm_backward_dw_partial_kernel<<<grid, block, 0, stream>>>(scratch, dy, x, rstd, N, D);
     cudaCheckLaunch();
-    rmsnorm_backward_dw_final_kernel<<<CEIL_DIV(D, 256), 256, 0, stream>>>(dw, scratch, D);
+    rmsnorm_backward_dw_final_kernel<<<CEIL_DIV(D, 256), 256, 0, stream>>>(dw, scratch, D, accumulate_dw);
     cudaCheckLaunch();
+}
+// dres (= or +=) dx; dw += dW.
+static inline void rmsnorm_backward(bf16 *dres, float *dw, float *scratch, const bf16 *dy, const bf16 *x,
+                                    const bf16 *w, const float *rstd, int N, int D, int accumulate,
+                                    cudaStream_t stream) {
+    rmsnorm_backward_ex(dres, dw, scratch, dy, x, w, rstd, N, D, accumulate, 1, stream);
 }
 
 #endif  // SLLM_RMSNORM_CUH

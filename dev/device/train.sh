@@ -26,7 +26,9 @@ sed -n '/---- sample/,/^----$/p' "$OUT/quickstart.txt" | tail -8
 echo "== [$(el)s] throughput, 4 x 2048 tokens per step"
 for p in 0.5B 1.5B; do
   if [ "$p" = 1.5B ] && [ "$(el)" -gt 200 ]; then echo "skipping 1.5B (time)"; continue; fi
-  timeout 90 ./build/train_gpt_relu --preset $p --batch 4 --seq 2048 --bench 12 2>&1 | grep -E "^bench|error|memory|total" | tail -4
+  timeout 90 ./build/train_gpt_relu --preset $p --batch 4 --seq 2048 --bench 12 > "$OUT/bench_$p.txt" 2>&1
+  grep -E "error|activations total|^  total" "$OUT/bench_$p.txt" | tail -3
+  sed -n '/^bench:/,$p' "$OUT/bench_$p.txt"   # median + per-phase GPU time table
   timeout 90 python3 dev/bench_hf_llama.py --preset $p --batch 4 --seq 2048 --steps 8 2>&1 | tail -2
 done
 echo "== [$(el)s] done"

@@ -142,6 +142,12 @@ static void rmsnorm_case(int N, int D) {
     memset(dwr, 0, D * 8);
     ref_rmsnorm_backward(dx, dwr, dyd, x, wd, rr, N, D);
     CHECK_REL("rmsnorm dx (=)", hdx0, dx, n, 1e-2);
+    // dw overwritten (accumulate_dw = 0, the first backward after model_zero_grad): poisoned dw, same bits
+    poison(ddw, D * 4);
+    rmsnorm_backward_ex(dres, ddw, scratch, ddy, dsum, dw_, drstd, N, D, 0, 0, 0);
+    float *hdw3 = get_f32(ddw, D);
+    assert_memory_equal(hdw1, hdw3, D * sizeof(float));
+    free(hdw3);
     free(a); free(b); free(w); free(dy); free(dres0); free(hsum); free(hout); free(hrstd); free(x); free(ref); free(rr);
     free(wd); free(hout2); free(hdres); free(hdw); free(dx); free(dwr); free(dyd); free(hdw1); free(hdw2); free(hdx0);
     cudaFree(da); cudaFree(db); cudaFree(dw_); cudaFree(ddy); cudaFree(dout); cudaFree(dsum); cudaFree(dres);
@@ -177,11 +183,49 @@ static void rope_case(int B, int T, int nh, int hd, double theta) {
     free(x); free(tab); free(hy); free(ref); free(hb); free(refb);
     cudaFree(dtab); cudaFree(dx);
 }
+// q and k (different head counts, GQA) in one launch: same bits as two separate launches, and the reference.
+static void rope_qk_case(int B, int T, int nhq, int nhk, int hd) {
+    printf("rope q+k in one launch B=%d T=%d nhq=%d nhk=%d hd=%d\n", B, T, nhq, nhk, hd);
+    const double theta = 100000.0;
+    size_t nq = (size_t)B * T * nhq * hd, nk = (size_t)B * T * nhk * hd;
+    float *x = rand_bf16_values(nq + nk, 1.0);
+    float *tab = (float *)sllm_malloc((size_t)T * hd * 4);
+    rope_build_table(tab, T, hd, theta);
+    float *dtab = dev_f32(tab, (size_t)T * hd);
+    bf16 *d = dev_bf16(x, nq + nk), *d2 = dev_bf16(x, nq + nk);  // q then k, as in the model's qkv buffer
+    for (int dir = 0; dir < 2; dir++) {
+        upload_bf16(d, x, nq + nk);
+        upload_bf16(d2, x, nq + nk);
+        if (dir == 0) {
+            rope_forward_qk(d, nhq, d + nq, nhk, dtab, B * T, T, hd, 0);
+            rope_forward(d2, dtab, B * T, T, nhq, hd, 0);
+            rope_forward(d2 + nq, dtab, B * T, T, nhk, hd, 0);
+        } else {
+            rope_backward_qk(d, nhq, d + nq, nhk, dtab, B * T, T, hd, 0);
+            rope_backward(d2, dtab, B * T, T, nhq, hd, 0);
+            rope_backward(d2 + nq, dtab, B * T, T, nhk, hd, 0);
+        }
+        float *h = get_bf16(d, nq + nk), *h2 = get_bf16(d2, nq + nk);
+        assert_memory_equal(h, h2, (nq + nk) * sizeof(float));
+        double *rq = to_double(x, nq), *rk = to_double(x + nq, nk);
+        if (dir == 0) { ref_rope_forward(rq, B, T, nhq, hd, theta); ref_rope_forward(rk, B, T, nhk, hd, theta); }
+        else { ref_rope_backward(rq, B, T, nhq, hd, theta); ref_rope_backward(rk, B, T, nhk, hd, theta); }
+        CHECK_REL(dir ? "rope qk backward: q" : "rope qk forward: q", h, rq, nq, 1e-2);
+        CHECK_REL(dir ? "rope qk backward: k" : "rope qk forward: k", h + nq, rk, nk, 1e-2);
+        free(h); free(h2); free(rq); free(rk);
+    }
+    free(x); free(tab);
+    cudaFree(dtab); cudaFree(d); cudaFree(d2);
+}
 static void test_rope(void **state) {
     SKIP_IF_NO_GPU();
-    rope_case(1, 1, 1, 8, 10000.0);
-    rope_case(2, 37, 3, 64, 100000.0);
+    rope_case(1, 1, 1, 8, 10000.0);      // scalar kernel (hd % 16 != 0)
+    rope_case(2, 37, 3, 64, 100000.0);   // vectorized kernel
     rope_case(1, 2048, 2, 128, 100000.0);  // long positions: table in fp32 from double angles
+    rope_case(1, 5, 3, 24, 10000.0);     // hd 24: scalar kernel
+    rope_qk_case(2, 33, 4, 2, 64);       // GQA, vectorized
+    rope_qk_case(1, 17, 3, 3, 32);       // MHA, vectorized
+    rope_qk_case(2, 9, 2, 1, 8);         // scalar fallback for both
 }
 
 // ---- embedding ------------------------------------------------------------------------------------------
@@ -224,6 +268,45 @@ static void test_embedding(void **state) {
     free(E); free(dout); free(tok); free(h); free(table); free(pairs); free(init); free(hg); free(hg2); free(ref);
     free(doutd);
     cudaFree(dE); cudaFree(dd); cudaFree(dout_fwd); cudaFree(dtok); cudaFree(dtable); cudaFree(dgrad);
+}
+
+// Bucket table: ids ascending and distinct, every position once, positions ascending inside a bucket and
+// holding that token; token ids above 2^11 and 2^22 exercise the radix passes.
+static void buckets_case(int N, int V) {
+    printf("embedding buckets N=%d V=%d\n", N, V);
+    int *tok = (int *)sllm_malloc((N > 0 ? N : 1) * sizeof(int));
+    for (int i = 0; i < N; i++) tok[i] = (int)rng_below(&g_rng, i % 4 ? 50 : V);  // repeats + spread
+    if (N > 2) { tok[0] = V - 1; tok[N - 1] = 0; }
+    int *table = (int *)sllm_malloc((3 * N + 2) * sizeof(int));
+    uint64_t *pairs = (uint64_t *)sllm_malloc((N > 0 ? N : 1) * sizeof(uint64_t));
+    int used = embedding_build_buckets(table, pairs, tok, N);
+    int U = table[0];
+    assert_int_equal(used, 2 + 2 * U + N);
+    const int *ids = table + 1, *offs = table + 1 + U, *pos = table + 2 + 2 * U;
+    uint8_t *seen = (uint8_t *)sllm_calloc(N > 0 ? N : 1, 1);
+    assert_int_equal(offs[0], 0);
+    assert_int_equal(offs[U], N);
+    for (int u = 0; u < U; u++) {
+        if (u > 0) assert_true(ids[u] > ids[u - 1]);
+        assert_true(offs[u + 1] > offs[u]);
+        for (int p = offs[u]; p < offs[u + 1]; p++) {
+            assert_true(pos[p] >= 0 && pos[p] < N);
+            assert_int_equal(tok[pos[p]], ids[u]);
+            assert_false(seen[pos[p]]);
+            seen[pos[p]] = 1;
+            if (p > offs[u]) assert_true(pos[p] > pos[p - 1]);
+        }
+    }
+    for (int i = 0; i < N; i++) assert_true(seen[i]);
+    free(tok); free(table); free(pairs); free(seen);
+}
+static void test_buckets(void **state) {
+    (void)state;  // host code: runs without a GPU too
+    buckets_case(0, 10);
+    buckets_case(1, 10);
+    buckets_case(300, 97);
+    buckets_case(8192, 49152);
+    buckets_case(5000, 1 << 24);
 }
 
 // ---- fused classifier -----------------------------------------------------------------------------------
@@ -417,6 +500,40 @@ static void test_adamw_and_norm(void **state) {
     for (size_t i = 0; i < n; i++) { upd[i] = pr[i] - p[i]; hupd[i] = hm[i] - p[i]; }
     CHECK_REL("adamw total update", hupd, upd, n, 1e-3);
     for (size_t i = 0; i < n; i++) assert_true(hb[i] == sllm_round_bf16(hm[i]));  // bf16 = RN(master)
+    // multi-tensor AdamW (one launch over the flat buffer, 16-byte accesses): the same bits as per tensor
+    {
+        float *mm0 = get_f32(dm, n), *vv0 = get_f32(dv, n);
+        float *g = (float *)sllm_malloc(n * 4);
+        for (size_t i = 0; i < n; i++) g[i] = (float)(0.3 * rng_normal(&g_rng) / sqrt((double)n) * 4);
+        cudaCheck(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
+        global_norm(dnorm, dpart, dg, n, 0);
+        float *dmaster2 = dev_f32(hm, n), *dm2 = dev_f32(mm0, n), *dv2 = dev_f32(vv0, n);
+        bf16 *dp2;
+        cudaCheck(cudaMalloc((void **)&dp2, n * 2));
+        poison(dp2, n * 2);
+        hp.step = 5;
+        AdamWSegments seg;
+        memset(&seg, 0, sizeof seg);
+        for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+            const ParamTensor *t = &lay.t[k];
+            if (t->numel == 0) continue;
+            adamw_update(dp + t->offset, dmaster + t->offset, dm + t->offset, dv + t->offset, dg + t->offset, t->numel,
+                         &hp, t->weight_decay ? hp.weight_decay : 0.0f, dnorm, 0);
+            seg.end[seg.count] = t->offset + t->numel;
+            seg.wd[seg.count++] = t->weight_decay ? hp.weight_decay : 0.0f;
+        }
+        adamw_update_multi(dp2, dmaster2, dm2, dv2, dg, &seg, &hp, dnorm, 0);
+        float *a1 = get_f32(dmaster, n), *a2 = get_f32(dmaster2, n), *b1 = get_f32(dm, n), *b2 = get_f32(dm2, n);
+        float *c1 = get_f32(dv, n), *c2 = get_f32(dv2, n), *p1 = get_bf16(dp, n), *p2 = get_bf16(dp2, n);
+        printf("  multi-tensor AdamW vs per-tensor: bit-exact check of master, m, v, bf16 params (%d segments)\n",
+               seg.count);
+        assert_memory_equal(a1, a2, n * 4);
+        assert_memory_equal(b1, b2, n * 4);
+        assert_memory_equal(c1, c2, n * 4);
+        assert_memory_equal(p1, p2, n * 4);
+        free(mm0); free(vv0); free(g); free(a1); free(a2); free(b1); free(b2); free(c1); free(c2); free(p1); free(p2);
+        cudaFree(dmaster2); cudaFree(dm2); cudaFree(dv2); cudaFree(dp2);
+    }
     free(p); free(pr); free(mr); free(vr); free(hm); free(hb); free(upd); free(hupd);
     cudaFree(dmaster); cudaFree(dm); cudaFree(dv); cudaFree(dg); cudaFree(dnorm); cudaFree(dpart); cudaFree(dp);
 }
@@ -473,6 +590,7 @@ int main(void) {
     rng_seed(&g_rng, g_seed);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),    cmocka_unit_test(test_rope),  cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_classifier), cmocka_unit_test(test_ffn),   cmocka_unit_test(test_adamw_and_norm),
         cmocka_unit_test(test_matmul_batched),
     };

@@ -17,6 +17,8 @@
 //        transposed GEMM, a wrong norm gradient) give errors of 0.3 to 1. The measured values are printed.
 //      non-zeros per token: 3e-2 relative (same kink flips); fired fraction: 0.03 absolute.
 //    recompute = 2 (FFN hidden and norms recomputed in backward) must give the same gradients (1e-6).
+//    Gradients are poisoned with NaN before model_zero_grad (which no longer memsets them): the first backward
+//    must write every element. A second micro-step without zeroing must double every gradient (1e-6).
 // 2. Three AdamW steps (lr 1e-4, wd 0.1, clip 1.0, fresh tokens each step) on both sides: the master weights
 //    agree per tensor to 1e-2 relative (the updates are ~1.5% of the weights; sign flips of near-zero gradients
 //    move an element by at most 2 lr per step), and the update directions agree in sign for >= 90% of the
@@ -107,7 +109,9 @@ static int compare_forward_backward(const ModelConfig *c, int B, int T) {
     cudaCheck(cudaStreamSynchronize(m.stream));
     download_bf16(lg, m.logits, (size_t)N * V);
     EXPECT_REL("logits", rel_err_fd(lg, ref_logits, (size_t)N * V), 2e-2);
-    // training forward + backward
+    // training forward + backward. The gradients are poisoned (NaN) first: model_zero_grad does not clear them,
+    // the first backward must WRITE every element (beta = 0 GEMMs, = for norm gains, first dE chunk).
+    cudaCheck(cudaMemset(m.grads, 0xff, m.grad_bytes));
     model_zero_grad(&m);
     model_reset_sparsity(&m);
     model_forward(&m, tok, tgt, B, T, MODEL_TRAIN, 1.0f / N);
@@ -148,10 +152,22 @@ static int compare_forward_backward(const ModelConfig *c, int B, int T) {
         Model m2;
         model_create(&m2, c, B, T, rc, 0, 0);
         model_set_params(&m2, pf);
+        cudaCheck(cudaMemset(m2.grads, 0xff, m2.grad_bytes));  // poisoned: must be overwritten
         model_zero_grad(&m2);
         model_forward(&m2, tok, tgt, B, T, MODEL_TRAIN, 1.0f / N);
         model_backward(&m2, (float)(c->l1_lambda / ((double)L * N)));
         model_get_grads(&m2, rc == 0 ? g0 : g2);
+        if (rc == 0) {
+            // accumulation: a second micro-step on the same batch (no model_zero_grad) doubles every gradient
+            // (beta = 1 GEMMs, += norm gains; equal addends add exactly, the embedding's two sources round once more)
+            model_forward(&m2, tok, tgt, B, T, MODEL_TRAIN, 1.0f / N);
+            model_backward(&m2, (float)(c->l1_lambda / ((double)L * N)));
+            float *ga = (float *)sllm_malloc(total * 4);
+            model_get_grads(&m2, ga);
+            for (size_t i = 0; i < total; i++) gd[i] = 2.0 * g0[i];
+            EXPECT_REL("grad accumulation (2 micro-steps)", rel_err_fd(ga, gd, total), 1e-6);
+            free(ga);
+        }
         model_free(&m2);
     }
     unsetenv("SLLM_ATTN");

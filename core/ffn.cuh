@@ -40,6 +40,10 @@ __global__ void ffn_forward_kernel(bf16 *h, const bf16 *gu, size_t n, int F, flo
         load8_bf16(g + i, gv);
         if (GATED) load8_bf16(u + i, uv);
         int col = (int)(i % F);
+        // the 8 fired flags of this group in one 8-byte load (col % 8 == 0); a flag is written only the first
+        // time its unit fires (benign byte races: every writer stores 1)
+        uint2 fw = l1_part ? *reinterpret_cast<const uint2 *>(fired + col) : make_uint2(0, 0);
+        const uint8_t *fb = reinterpret_cast<const uint8_t *>(&fw);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             bool on = gv[j] > 0.0f;
@@ -47,7 +51,7 @@ __global__ void ffn_forward_kernel(bf16 *h, const bf16 *gu, size_t n, int F, flo
             if (l1_part) {
                 l1 += fabsf(hv[j]);
                 cnt += on;
-                if (on && !fired[col + j]) fired[col + j] = 1;
+                if (on && !fb[j]) fired[col + j] = 1;
             }
         }
         store8_bf16(h + i, hv);

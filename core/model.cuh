@@ -147,10 +147,11 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
     m->Q = cfg->n_head * cfg->head_dim; m->KV = cfg->n_kv_head * cfg->head_dim; m->G = cfg->gated ? 2 : 1;
     const size_t N = m->N, D = cfg->d_model, L = cfg->n_layer, F = cfg->d_ff, V = cfg->vocab_size;
     const size_t Q = m->Q, KV = m->KV, G = m->G, H = cfg->n_head;
-    // Classifier chunk: up to 512 MiB of bf16 logits, split into EQUAL chunks (multiples of 64 rows where
-    // possible): each chunk re-reads and re-writes the fp32 dE [V, D] (0.8 GB at V=49152, D=2048), so fewer,
-    // even chunks beat a 2730+2730+2730+2 split (0.5B at 4 x 2048: 2 chunks of 4096 rows).
-    size_t max_rows = (512u << 20) / (2 * V);
+    // Classifier chunk: up to 1 GiB of bf16 logits, split into EQUAL chunks (multiples of 64 rows where
+    // possible): each chunk re-reads and re-writes the fp32 dE [V, D] (0.8 GB at V=49152, D=2048) and runs
+    // smaller GEMMs, so fewer, even chunks beat the old 256 MiB split 2730+2730+2730+2 (0.5B and 1.5B at
+    // 4 x 2048 tokens: ONE chunk of 8192 rows, 768 MiB of logits).
+    size_t max_rows = (1024u << 20) / (2 * V);
     if (max_rows < (size_t)T) max_rows = T;
     size_t nchunks = (N + max_rows - 1) / max_rows;
     size_t chunk = (N + nchunks - 1) / nchunks;

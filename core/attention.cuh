@@ -12,19 +12,28 @@
 //
 // Two implementations, chosen at run time:
 //   fast   (default): FlashAttention-2 structure with tensor cores (mma.sync m16n8k16 bf16 -> fp32, ldmatrix,
-//          cp.async double buffering). Forward: one CTA (4 warps) per (64 query rows, head, batch), online
-//          softmax in the log2 domain. Backward: a preprocessing kernel (D = rowsum(dout * out), zeroes the
-//          fp32 dq accumulator), one CTA per (64 keys, kv head, batch) that loops over the query heads of the
-//          group and the query blocks at or after the diagonal, keeps dK/dV in registers and adds dQ into the
-//          fp32 scratch accumulator with atomicAdd (so dq is NOT bitwise deterministic; dk and dv are), then a
-//          conversion kernel scratch -> bf16 dq. Built for hd in {32, 64, 128}; other hd use the simple path.
+//          cp.async double buffering). Built for hd in {32, 64, 128}; other hd use the simple path.
+//          Forward: one CTA (4 warps) per (64*MT query rows, head, batch), online softmax in the log2 domain
+//          (ex2.approx). v2 (default, SLLM_ATTN_FWD=v2): MT = 2, 128 rows per CTA, 32 per warp (hd <= 64; hd 128
+//          runs MT = 1); v1 (SLLM_ATTN_FWD=v1): MT = 1, 64 rows per CTA.
+//          Backward: a preprocessing kernel (D = rowsum(dout * out)), then one CTA per (64 keys, kv head, batch)
+//          that loops over the query heads of the group and the query blocks at or after the diagonal and keeps
+//          dK/dV in registers (dk, dv deterministic), and dq either
+//            det (default, SLLM_ATTN_BWD=det): a separate kernel, one CTA per (128 query rows (64 for hd 128),
+//                head, batch) looping over the key blocks up to the diagonal, recomputing P from lse and
+//                dS = P (dP - D), dq accumulated in registers: bitwise deterministic, costs two more GEMMs;
+//            atomic (v1, SLLM_ATTN_BWD=atomic): the dk/dv kernel adds dS K into an fp32 scratch accumulator with
+//                atomicAdd (NOT bitwise deterministic), then a conversion kernel scratch -> bf16 dq.
 //   simple (SLLM_ATTN=simple, or ATTN_PATH_SIMPLE): reference-quality CUDA-core kernels, one warp per query
 //          row (forward and dq) or per key row (dk, dv), fp32 math, deterministic, slow. Any hd % 8 == 0, <= 128.
+// attention_forward/attention_backward read the variant from the environment; attention_*_variant take an
+// AttnVariant (the bench and tests compare variants in one process); attention_*_path take a path and use its
+// default variant.
 // Constraints (checked, clear error): B, T >= 1; H % KVH == 0; 8 <= hd <= 128 and hd % 8 == 0; all pointers
 // 16-byte aligned.
 //
 // Scratch for backward: attention_backward_scratch_bytes() bytes of device memory (fp32 dq accumulator
-// [B, T, H, hd] plus D [B, H, T]); either path accepts the same scratch.
+// [B, T, H, hd], used by the atomic variant only, plus D [B, H, T]); every variant accepts the same scratch.
 #ifndef SLLM_ATTENTION_CUH
 #define SLLM_ATTENTION_CUH
 
@@ -75,6 +84,45 @@ static inline AttnPath attention_path_from_env(void) {
     if (s == NULL || s[0] == 0 || strcmp(s, "fast") == 0) return ATTN_PATH_FAST;
     if (strcmp(s, "simple") == 0) return ATTN_PATH_SIMPLE;
     SLLM_FATAL("SLLM_ATTN=\"%s\": expected \"fast\" or \"simple\"", s);
+}
+
+// Kernel variants (the bench times them side by side in one process).
+typedef struct {
+    AttnPath path;
+    int fwd_mt;   // fast forward, m-tiles (16 rows) per warp: 1 = 64 query rows per CTA (v1), 2 = 128 rows (v2;
+                  // hd <= 64, hd 128 runs 1)
+    int bwd_det;  // fast backward: 1 = deterministic (dk/dv kernel + separate dq kernel), 0 = dq by fp32 atomics (v1)
+    int dq_mt;    // deterministic dq kernel, m-tiles per warp: 1 (64 rows, 64-key blocks) or 2 (128 rows, 32-key
+                  // blocks; hd <= 64, hd 128 runs 1)
+} AttnVariant;
+
+// Defaults of the fast path: v2 forward, deterministic backward with the 128-row dq kernel.
+static inline AttnVariant attention_variant_default(AttnPath path) {
+    AttnVariant v = {path, 2, 1, 2};
+    return v;
+}
+
+// SLLM_ATTN (fast|simple), SLLM_ATTN_FWD (v2|v1), SLLM_ATTN_BWD (det|atomic); unset = default; else fatal.
+static inline AttnVariant attention_variant_from_env(void) {
+    AttnVariant v = attention_variant_default(attention_path_from_env());
+    const char *f = getenv("SLLM_ATTN_FWD"), *b = getenv("SLLM_ATTN_BWD");
+    if (f && f[0] && strcmp(f, "v2") != 0) {
+        if (strcmp(f, "v1") == 0) v.fwd_mt = 1;
+        else SLLM_FATAL("SLLM_ATTN_FWD=\"%s\": expected \"v2\" (128 rows per CTA) or \"v1\" (64 rows)", f);
+    }
+    if (b && b[0] && strcmp(b, "det") != 0) {
+        if (strcmp(b, "atomic") == 0) v.bwd_det = 0;
+        else SLLM_FATAL("SLLM_ATTN_BWD=\"%s\": expected \"det\" (deterministic dq) or \"atomic\" (fp32 atomics)", b);
+    }
+    return v;
+}
+
+static inline void attention_check_variant(const char *who, const AttnVariant *v) {
+    if (v == NULL) SLLM_FATAL("%s: variant is NULL", who);
+    if (v->path != ATTN_PATH_FAST && v->path != ATTN_PATH_SIMPLE) SLLM_FATAL("%s: bad path %d", who, (int)v->path);
+    if ((v->fwd_mt != 1 && v->fwd_mt != 2) || (v->dq_mt != 1 && v->dq_mt != 2) || (v->bwd_det != 0 && v->bwd_det != 1))
+        SLLM_FATAL("%s: bad variant fwd_mt=%d bwd_det=%d dq_mt=%d (expected 1|2, 0|1, 1|2)", who, v->fwd_mt,
+                   v->bwd_det, v->dq_mt);
 }
 
 static inline void attention_check_args(const char *who, const void *const *ptrs, int nptr, int B, int T, int H,
@@ -319,6 +367,12 @@ __device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4], uint32
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// 2^x (MUFU.EX2, flush-to-zero; 2^-inf = 0)
+__device__ __forceinline__ float attn_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 #endif  // !ATTN_EMU
 // Two floats -> bf16x2 (lo in the low half = the lower column index).
 __device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
@@ -363,17 +417,23 @@ __device__ __forceinline__ void attn_load_tile(bf16 *tile, const bf16 *base, siz
     }
 }
 
-template <int HD>
+// Forward tiles: MT m-tiles (16 rows each) per warp, so a CTA of 4 warps owns BM = 64*MT query rows.
+// MT = 1 is version 1 (64 rows per CTA); MT = 2 (128 rows, hd <= 64) makes every K/V fragment loaded from shared
+// memory feed two mma instead of one (ldmatrix:mma 1:4 instead of 1:2; shared-memory bandwidth was the limit).
+template <int HD, int MT>
 static constexpr size_t attn_fwd_smem_bytes() {
-    return (size_t)(ATTN_BM + 4 * ATTN_BN) * (HD + 8) * sizeof(bf16);
+    return (size_t)(64 * MT + 4 * ATTN_BN) * (HD + 8) * sizeof(bf16);
 }
 
-// grid (ceil(T/64), H, B), 128 threads. Warp w owns query rows q0 + 16w .. +15.
-template <int HD>
-__global__ void __launch_bounds__(ATTN_THREADS) attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
-                                                                const bf16 *v, int T, int H, int KVH,
-                                                                float scale_log2) {
-    constexpr int LD = HD + 8, BM = ATTN_BM, BN = ATTN_BN, CH = HD / 8;
+// grid (ceil(T/(64*MT)), H, B), 128 threads. Warp w owns query rows q0 + 16*MT*w .. +16*MT-1 (m-tile mt: rows
+// q0 + 16*(MT*w + mt) ..). Online softmax in the log2 domain: p = 2^(s*scale_log2 - m), m the running max of
+// s*scale_log2. Key blocks entirely after all rows of a warp are skipped by that warp (it still takes the barriers).
+template <int HD, int MT>
+__global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
+    attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T, int H, int KVH,
+                    float scale_log2) {
+    static_assert(MT == 1 || (MT == 2 && HD <= 64), "attn_fwd_kernel: MT = 2 only for hd <= 64 (registers)");
+    constexpr int LD = HD + 8, BM = 64 * MT, BN = ATTN_BN, CH = HD / 8, WR = 16 * MT;
     extern __shared__ __align__(16) unsigned char attn_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(attn_smem);  // [BM][LD], reused to stage the output
     bf16 *sK = sQ + BM * LD;                          // [2][BN][LD]
@@ -389,6 +449,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_fwd_kernel(bf16 *out, float
     const bf16 *qb = q + (size_t)b * T * qs + (size_t)h * HD;
     const bf16 *kb = k + (size_t)b * T * kvs + (size_t)kvh * HD;
     const bf16 *vb = v + (size_t)b * T * kvs + (size_t)kvh * HD;
+    const int wrow0 = q0 + warp * WR;  // first query row of this warp
 
     const int n_kb = min(CEIL_DIV(q0 + BM, BN), CEIL_DIV(T, BN));
     attn_load_tile<HD>(sQ, qb, qs, q0, BM, T, tid);
@@ -396,12 +457,16 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_fwd_kernel(bf16 *out, float
     attn_load_tile<HD>(sV, vb, kvs, 0, BN, T, tid);
     attn_cp_async_commit();
 
-    uint32_t qf[HD / 16][4];
-    float o[HD / 8][4];
+    uint32_t qf[MT][HD / 16][4];
+    float o[MT][HD / 8][4];
+    float m[MT][2], l[MT][2];
 #pragma unroll
-    for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
 
     for (int j = 0; j < n_kb; j++) {
         attn_cp_async_wait_all();
@@ -414,123 +479,145 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_fwd_kernel(bf16 *out, float
         attn_cp_async_commit();
         if (j == 0) {
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) attn_ldsm_a(qf[kk], sQ, LD, warp * 16, kk * 16, lane);
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) attn_ldsm_a(qf[mt][kk], sQ, LD, warp * WR + mt * 16, kk * 16, lane);
         }
+        const int k0 = j * BN;
+        if (MT > 1 && k0 > wrow0 + WR - 1) continue;  // every key of the block is after every row of this warp
         const bf16 *cK = sK + (j & 1) * BN * LD;
         const bf16 *cV = sV + (j & 1) * BN * LD;
-        const int k0 = j * BN;
 
-        // S = Q K^T (16 rows x 64 keys per warp)
-        float s[BN / 8][4];
+        // S = Q K^T (16*MT rows x 64 keys per warp)
+        float s[MT][BN / 8][4];
 #pragma unroll
-        for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
 #pragma unroll
             for (int np = 0; np < BN / 16; np++) {
                 uint32_t bfr[4];
                 attn_ldsm_bt(bfr, cK, LD, np * 16, kk * 16, lane);
-                attn_mma(s[2 * np], qf[kk], bfr[0], bfr[1]);
-                attn_mma(s[2 * np + 1], qf[kk], bfr[2], bfr[3]);
-            }
-        }
-        // scale into the log2 domain; causal mask on blocks that reach past this warp's first row
-        const bool need_mask = k0 + BN - 1 > q0 + warp * 16;
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = s[nt][e] * scale_log2;
-                if (need_mask) {
-                    int col = k0 + nt * 8 + 2 * t + (e & 1);
-                    int row = (e < 2) ? row_a : row_b;
-                    if (col > row) x = -INFINITY;
+                for (int mt = 0; mt < MT; mt++) {
+                    attn_mma(s[mt][2 * np], qf[mt][kk], bfr[0], bfr[1]);
+                    attn_mma(s[mt][2 * np + 1], qf[mt][kk], bfr[2], bfr[3]);
                 }
-                s[nt][e] = x;
             }
         }
-        // online softmax
-        float mx[2] = {m[0], m[1]};
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
-        }
-        float alpha[2], mref[2];
+        for (int mt = 0; mt < MT; mt++) {
+            const int row_a = wrow0 + mt * 16 + g, row_b = row_a + 8;
+            // causal mask (raw scores -> -inf) on blocks that reach past the m-tile's first row
+            if (k0 + BN - 1 > wrow0 + mt * 16) {
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            mref[i] = (mx[i] == -INFINITY) ? 0.0f : mx[i];
-            alpha[i] = exp2f(m[i] - mref[i]);  // 0 when m was -inf
-            m[i] = mx[i];
-            l[i] *= alpha[i];
-        }
+                for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++) {
-            s[nt][0] = exp2f(s[nt][0] - mref[0]);
-            s[nt][1] = exp2f(s[nt][1] - mref[0]);
-            s[nt][2] = exp2f(s[nt][2] - mref[1]);
-            s[nt][3] = exp2f(s[nt][3] - mref[1]);
-            l[0] += s[nt][0] + s[nt][1];
-            l[1] += s[nt][2] + s[nt][3];
-        }
+                    for (int e = 0; e < 4; e++) {
+                        int col = k0 + nt * 8 + 2 * t + (e & 1);
+                        if (col > ((e < 2) ? row_a : row_b)) s[mt][nt][e] = -INFINITY;
+                    }
+            }
+            // online softmax (scale > 0, so the max of the raw scores scales to the max of the scaled ones)
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int dt = 0; dt < HD / 8; dt++) {
-            o[dt][0] *= alpha[0];
-            o[dt][1] *= alpha[0];
-            o[dt][2] *= alpha[1];
-            o[dt][3] *= alpha[1];
+            for (int nt = 0; nt < BN / 8; nt++) {
+                mx[0] = fmaxf(mx[0], fmaxf(s[mt][nt][0], s[mt][nt][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(s[mt][nt][2], s[mt][nt][3]));
+            }
+            float alpha[2], mref[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                float mn = fmaxf(m[mt][i], mx[i] * scale_log2);
+                mref[i] = (mn == -INFINITY) ? 0.0f : mn;
+                alpha[i] = attn_exp2(m[mt][i] - mref[i]);  // 0 when m was -inf
+                m[mt][i] = mn;
+                l[mt][i] *= alpha[i];
+            }
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) {
+                s[mt][nt][0] = attn_exp2(fmaf(s[mt][nt][0], scale_log2, -mref[0]));
+                s[mt][nt][1] = attn_exp2(fmaf(s[mt][nt][1], scale_log2, -mref[0]));
+                s[mt][nt][2] = attn_exp2(fmaf(s[mt][nt][2], scale_log2, -mref[1]));
+                s[mt][nt][3] = attn_exp2(fmaf(s[mt][nt][3], scale_log2, -mref[1]));
+                l[mt][0] += s[mt][nt][0] + s[mt][nt][1];
+                l[mt][1] += s[mt][nt][2] + s[mt][nt][3];
+            }
+#pragma unroll
+            for (int dt = 0; dt < HD / 8; dt++) {
+                o[mt][dt][0] *= alpha[0];
+                o[mt][dt][1] *= alpha[0];
+                o[mt][dt][2] *= alpha[1];
+                o[mt][dt][3] *= alpha[1];
+            }
         }
         // O += P V
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t a[4] = {attn_pack_bf16(s[2 * kk][0], s[2 * kk][1]), attn_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                             attn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             attn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                a[mt][0] = attn_pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = attn_pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = attn_pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = attn_pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int dp = 0; dp < HD / 16; dp++) {
                 uint32_t bfr[4];
                 attn_ldsm_bn(bfr, cV, LD, kk * 16, dp * 16, lane);
-                attn_mma(o[2 * dp], a, bfr[0], bfr[1]);
-                attn_mma(o[2 * dp + 1], a, bfr[2], bfr[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    attn_mma(o[mt][2 * dp], a[mt], bfr[0], bfr[1]);
+                    attn_mma(o[mt][2 * dp + 1], a[mt], bfr[2], bfr[3]);
+                }
             }
         }
     }
 
-    // epilogue: normalize, lse, stage this warp's 16 rows in sQ (only this warp read them), 16-byte stores
+    // epilogue: normalize, lse, stage this warp's rows in sQ (only this warp read them), 16-byte stores
+    bf16 *sO = sQ + warp * WR * LD;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    }
-    const float inv0 = 1.0f / l[0], inv1 = 1.0f / l[1];
-    if (t == 0) {
-        float *lrow = lse + ((size_t)b * H + h) * T;
-        if (row_a < T) lrow[row_a] = m[0] * ATTN_LN2 + logf(l[0]);
-        if (row_b < T) lrow[row_b] = m[1] * ATTN_LN2 + logf(l[1]);
-    }
-    bf16 *sO = sQ + warp * 16 * LD;
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-    for (int dt = 0; dt < HD / 8; dt++) {
-        *reinterpret_cast<uint32_t *>(sO + g * LD + dt * 8 + 2 * t) = attn_pack_bf16(o[dt][0] * inv0, o[dt][1] * inv0);
-        *reinterpret_cast<uint32_t *>(sO + (g + 8) * LD + dt * 8 + 2 * t) =
-            attn_pack_bf16(o[dt][2] * inv1, o[dt][3] * inv1);
+        for (int i = 0; i < 2; i++) {
+            l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 1);
+            l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 2);
+        }
+        const float inv0 = 1.0f / l[mt][0], inv1 = 1.0f / l[mt][1];
+        const int row_a = wrow0 + mt * 16 + g, row_b = row_a + 8;
+        if (t == 0) {
+            float *lrow = lse + ((size_t)b * H + h) * T;
+            if (row_a < T) lrow[row_a] = m[mt][0] * ATTN_LN2 + logf(l[mt][0]);
+            if (row_b < T) lrow[row_b] = m[mt][1] * ATTN_LN2 + logf(l[mt][1]);
+        }
+        bf16 *so = sO + mt * 16 * LD;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++) {
+            *reinterpret_cast<uint32_t *>(so + g * LD + dt * 8 + 2 * t) =
+                attn_pack_bf16(o[mt][dt][0] * inv0, o[mt][dt][1] * inv0);
+            *reinterpret_cast<uint32_t *>(so + (g + 8) * LD + dt * 8 + 2 * t) =
+                attn_pack_bf16(o[mt][dt][2] * inv1, o[mt][dt][3] * inv1);
+        }
     }
     __syncwarp();
-    for (int c = lane; c < 16 * CH; c += 32) {
+    for (int c = lane; c < WR * CH; c += 32) {
         int r = c / CH, cc = c % CH;
-        int row = q0 + warp * 16 + r;
+        int row = wrow0 + r;
         if (row < T)
             *reinterpret_cast<uint4 *>(out + ((size_t)b * T + row) * qs + (size_t)h * HD + cc * 8) =
                 *reinterpret_cast<const uint4 *>(sO + r * LD + cc * 8);
     }
 }
 
-template <int HD>
+template <int HD, bool DQ>
 static constexpr size_t attn_bwd_smem_bytes() {
     return (size_t)(2 * ATTN_BN + 4 * ATTN_BM) * (HD + 8) * sizeof(bf16) +  // K, V, Q[2], dO[2]
-           (size_t)ATTN_BN * (ATTN_BM + 8) * sizeof(bf16) +                 // dS^T
+           (DQ ? (size_t)ATTN_BN * (ATTN_BM + 8) * sizeof(bf16) : 0) +      // dS^T (atomic dQ only)
            (size_t)4 * ATTN_BM * sizeof(float);                             // lse[2], D[2]
 }
 
@@ -539,7 +626,9 @@ static constexpr size_t attn_bwd_smem_bytes() {
 // blocks from the diagonal on. Per query block (64 rows): S^T = K Q^T, P^T = exp2(S^T*scale*log2e - lse*log2e),
 // dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q, dQ += dS K (atomicAdd into fp32 dq_acc).
 // dq_acc and dK carry no scale; the scale is applied when writing dK and when converting dq.
-template <int HD>
+// DQ = false (deterministic backward): the dQ part is left out (dq_acc unused, may be NULL; no dS^T tile, one
+// barrier less per block); attn_bwd_dq_kernel computes dq instead.
+template <int HD, bool DQ>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, bf16 *dk, bf16 *dv, const bf16 *dout,
                                                                 const float *lse, const float *dsum, const bf16 *q,
                                                                 const bf16 *k, const bf16 *v, int T, int H, int KVH,
@@ -551,8 +640,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
     bf16 *sV = sK + BN * LD;                          // [BN][LD]
     bf16 *sQ = sV + BN * LD;                          // [2][BM][LD]
     bf16 *sdO = sQ + 2 * BM * LD;                     // [2][BM][LD]
-    bf16 *sdS = sdO + 2 * BM * LD;                    // [BN][LDS]  dS^T (keys x queries)
-    float *sL = reinterpret_cast<float *>(sdS + BN * LDS);  // [2][BM] lse * log2e (+inf past T)
+    bf16 *sdS = sdO + 2 * BM * LD;                    // [BN][LDS]  dS^T (keys x queries), DQ only
+    float *sL = reinterpret_cast<float *>(sdS + (DQ ? BN * LDS : 0));  // [2][BM] lse * log2e (+inf past T)
     float *sD = sL + 2 * BM;                                 // [2][BM] D (0 past T)
 
     const int nb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
@@ -644,7 +733,9 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int qc = nt * 8 + 2 * t + (e & 1);
-                float p = exp2f(s[nt][e] * scale_log2 - cL[qc]);
+                // (v1 and hd 128 keep exp2f: there ex2.approx + fma made ptxas spill at 255 registers)
+                float p = (DQ || HD > 64) ? exp2f(s[nt][e] * scale_log2 - cL[qc])
+                                          : attn_exp2(fmaf(s[nt][e], scale_log2, -cL[qc]));
                 if (need_mask && q0 + qc < ((e < 2) ? key_a : key_b)) p = 0.0f;
                 s[nt][e] = p;
             }
@@ -694,8 +785,10 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
             dpt[nt][1] = s[nt][1] * (dpt[nt][1] - d1);
             dpt[nt][2] = s[nt][2] * (dpt[nt][2] - d0);
             dpt[nt][3] = s[nt][3] * (dpt[nt][3] - d1);
-            *reinterpret_cast<uint32_t *>(wdS + g * LDS + qc) = attn_pack_bf16(dpt[nt][0], dpt[nt][1]);
-            *reinterpret_cast<uint32_t *>(wdS + (g + 8) * LDS + qc) = attn_pack_bf16(dpt[nt][2], dpt[nt][3]);
+            if (DQ) {
+                *reinterpret_cast<uint32_t *>(wdS + g * LDS + qc) = attn_pack_bf16(dpt[nt][0], dpt[nt][1]);
+                *reinterpret_cast<uint32_t *>(wdS + (g + 8) * LDS + qc) = attn_pack_bf16(dpt[nt][2], dpt[nt][3]);
+            }
         }
         // dK += dS^T Q
 #pragma unroll
@@ -712,6 +805,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
                 attn_mma(dka[2 * dp + 1], a, bfr[2], bfr[3]);
             }
         }
+        if (!DQ) continue;
         __syncthreads();  // dS^T of all warps in sdS
         // dQ rows q0 + 16w .. +15 += dS K (A = dS = (dS^T)^T from sdS, B[key][d] = K)
         float dq[HD / 8][4];
@@ -764,6 +858,176 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
     }
 }
 
+// ------------------------------------------------------------------------------------------------
+// Deterministic dq (no atomics): one CTA per (BM = 64*MT query rows, head, batch), 4 warps, warp w owns rows
+// q0 + 16*MT*w .. +16*MT-1 (Q and dO fragments in registers, dQ accumulated in registers). Loops over the key
+// blocks (BN keys) up to the diagonal, recomputing P = exp2(S*scale_log2 - lse*log2e) and dP = dO V^T:
+// dS = P (dP - D), dQ += dS K. Fixed summation order, so dq is bitwise reproducible. MT = 2 (hd <= 64) uses
+// 32-key blocks to stay within the register budget; MT = 1 uses 64-key blocks.
+#define ATTN_DQ_BN(MT) ((MT) == 1 ? 64 : 32)  // key block of the dq kernel
+
+template <int HD, int MT>
+static constexpr size_t attn_bwd_dq_smem_bytes() {
+    return (size_t)(2 * 64 * MT + 4 * ATTN_DQ_BN(MT)) * (HD + 8) * sizeof(bf16);  // Q, dO, K[2], V[2]
+}
+
+template <int HD, int MT>
+__global__ void __launch_bounds__(ATTN_THREADS, 2)
+    attn_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse, const float *dsum, const bf16 *q, const bf16 *k,
+                       const bf16 *v, int T, int H, int KVH, float scale, float scale_log2) {
+    static_assert(MT == 1 || (MT == 2 && HD <= 64), "attn_bwd_dq_kernel: MT = 2 only for hd <= 64 (registers)");
+    constexpr int LD = HD + 8, BM = 64 * MT, BN = ATTN_DQ_BN(MT), CH = HD / 8, WR = 16 * MT;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(attn_smem);  // [BM][LD], reused to stage dq
+    bf16 *sdO = sQ + BM * LD;                         // [BM][LD]
+    bf16 *sK = sdO + BM * LD;                         // [2][BN][LD]
+    bf16 *sV = sK + 2 * BN * LD;                      // [2][BN][LD]
+
+    const int mb = gridDim.x - 1 - blockIdx.x;  // heaviest query blocks first
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (H / KVH);
+    const int q0 = mb * BM;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const size_t qs = (size_t)H * HD, kvs = (size_t)KVH * HD;
+    const bf16 *qb = q + (size_t)b * T * qs + (size_t)h * HD;
+    const bf16 *ob = dout + (size_t)b * T * qs + (size_t)h * HD;
+    const bf16 *kb = k + (size_t)b * T * kvs + (size_t)kvh * HD;
+    const bf16 *vb = v + (size_t)b * T * kvs + (size_t)kvh * HD;
+    const int wrow0 = q0 + warp * WR;
+
+    const int n_kb = min(CEIL_DIV(q0 + BM, BN), CEIL_DIV(T, BN));
+    attn_load_tile<HD>(sQ, qb, qs, q0, BM, T, tid);
+    attn_load_tile<HD>(sdO, ob, qs, q0, BM, T, tid);
+    attn_load_tile<HD>(sK, kb, kvs, 0, BN, T, tid);
+    attn_load_tile<HD>(sV, vb, kvs, 0, BN, T, tid);
+    attn_cp_async_commit();
+
+    // lse (log2 domain; +inf past T so P = 0 there) and D of rows wrow0 + 16mt + g (+8)
+    float Lr[MT][2], Dr[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int row = wrow0 + mt * 16 + g + 8 * i;
+            size_t idx = ((size_t)b * H + h) * T + row;
+            Lr[mt][i] = row < T ? lse[idx] * ATTN_LOG2E : INFINITY;
+            Dr[mt][i] = row < T ? dsum[idx] : 0.0f;
+        }
+    uint32_t qf[MT][HD / 16][4], of[MT][HD / 16][4];
+    float dqa[MT][HD / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) dqa[mt][i][0] = dqa[mt][i][1] = dqa[mt][i][2] = dqa[mt][i][3] = 0.0f;
+
+    for (int j = 0; j < n_kb; j++) {
+        attn_cp_async_wait_all();
+        __syncthreads();  // tile j visible to all; everyone is done with tile j-1
+        if (j + 1 < n_kb) {
+            int nb = (j + 1) & 1;
+            attn_load_tile<HD>(sK + nb * BN * LD, kb, kvs, (j + 1) * BN, BN, T, tid);
+            attn_load_tile<HD>(sV + nb * BN * LD, vb, kvs, (j + 1) * BN, BN, T, tid);
+        }
+        attn_cp_async_commit();
+        if (j == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    attn_ldsm_a(qf[mt][kk], sQ, LD, warp * WR + mt * 16, kk * 16, lane);
+                    attn_ldsm_a(of[mt][kk], sdO, LD, warp * WR + mt * 16, kk * 16, lane);
+                }
+        }
+        const int k0 = j * BN;
+        if (k0 > wrow0 + WR - 1) continue;  // every key of the block is after every row of this warp
+        const bf16 *cK = sK + (j & 1) * BN * LD;
+        const bf16 *cV = sV + (j & 1) * BN * LD;
+
+        // S = Q K^T and dP = dO V^T (16*MT rows x BN keys per warp)
+        float s[MT][BN / 8][4], dp[MT][BN / 8][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) {
+                s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
+                dp[mt][i][0] = dp[mt][i][1] = dp[mt][i][2] = dp[mt][i][3] = 0.0f;
+            }
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+#pragma unroll
+            for (int np = 0; np < BN / 16; np++) {
+                uint32_t bk[4], bv[4];
+                attn_ldsm_bt(bk, cK, LD, np * 16, kk * 16, lane);
+                attn_ldsm_bt(bv, cV, LD, np * 16, kk * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    attn_mma(s[mt][2 * np], qf[mt][kk], bk[0], bk[1]);
+                    attn_mma(s[mt][2 * np + 1], qf[mt][kk], bk[2], bk[3]);
+                    attn_mma(dp[mt][2 * np], of[mt][kk], bv[0], bv[1]);
+                    attn_mma(dp[mt][2 * np + 1], of[mt][kk], bv[2], bv[3]);
+                }
+            }
+        }
+        // dS = P (dP - D), P masked past the diagonal (into s)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int row_a = wrow0 + mt * 16 + g, row_b = row_a + 8;
+            const bool need_mask = k0 + BN - 1 > wrow0 + mt * 16;
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = e >> 1;
+                    float p = attn_exp2(fmaf(s[mt][nt][e], scale_log2, -Lr[mt][i]));
+                    if (need_mask && k0 + nt * 8 + 2 * t + (e & 1) > (i ? row_b : row_a)) p = 0.0f;
+                    s[mt][nt][e] = p * (dp[mt][nt][e] - Dr[mt][i]);
+                }
+        }
+        // dQ += dS K (A = dS from registers, B[key][d] = K tile rows)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                a[mt][0] = attn_pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = attn_pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = attn_pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = attn_pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dt = 0; dt < HD / 16; dt++) {
+                uint32_t bfr[4];
+                attn_ldsm_bn(bfr, cK, LD, kk * 16, dt * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    attn_mma(dqa[mt][2 * dt], a[mt], bfr[0], bfr[1]);
+                    attn_mma(dqa[mt][2 * dt + 1], a[mt], bfr[2], bfr[3]);
+                }
+            }
+        }
+    }
+
+    // epilogue: dq = scale * dQ, staged in this warp's rows of sQ (only this warp read them), 16-byte stores
+    bf16 *so = sQ + warp * WR * LD;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++) {
+            *reinterpret_cast<uint32_t *>(so + (mt * 16 + g) * LD + dt * 8 + 2 * t) =
+                attn_pack_bf16(dqa[mt][dt][0] * scale, dqa[mt][dt][1] * scale);
+            *reinterpret_cast<uint32_t *>(so + (mt * 16 + g + 8) * LD + dt * 8 + 2 * t) =
+                attn_pack_bf16(dqa[mt][dt][2] * scale, dqa[mt][dt][3] * scale);
+        }
+    __syncwarp();
+    for (int c = lane; c < WR * CH; c += 32) {
+        int r = c / CH, cc = c % CH;
+        int row = wrow0 + r;
+        if (row < T)
+            *reinterpret_cast<uint4 *>(dq + ((size_t)b * T + row) * qs + (size_t)h * HD + cc * 8) =
+                *reinterpret_cast<const uint4 *>(so + r * LD + cc * 8);
+    }
+}
 #ifndef ATTN_EMU
 // dq = bf16(dq_acc * scale), 8 elements per thread (n % 8 == 0 since hd % 8 == 0).
 static __global__ void attn_dq_convert_kernel(bf16 *dq, const float *dq_acc, size_t n, float scale) {
@@ -779,79 +1043,142 @@ static __global__ void attn_dq_convert_kernel(bf16 *dq, const float *dq_acc, siz
     *reinterpret_cast<uint4 *>(dq + i) = o;
 }
 
-template <int HD>
+template <int HD, int MT>
 static inline void attention_forward_fast(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
                                           int T, int H, int KVH, cudaStream_t stream) {
-    size_t smem = attn_fwd_smem_bytes<HD>();
-    cudaCheck(cudaFuncSetAttribute(attn_fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(CEIL_DIV(T, ATTN_BM), H, B);
+    size_t smem = attn_fwd_smem_bytes<HD, MT>();
+    cudaCheck(cudaFuncSetAttribute(attn_fwd_kernel<HD, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(CEIL_DIV(T, 64 * MT), H, B);
     float scale_log2 = ATTN_LOG2E / sqrtf((float)HD);
-    attn_fwd_kernel<HD><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, q, k, v, T, H, KVH, scale_log2);
+    attn_fwd_kernel<HD, MT><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, q, k, v, T, H, KVH, scale_log2);
     cudaCheckLaunch();
 }
 
-template <int HD>
+// DET = false: version 1 (dq by fp32 atomics into dq_acc, then converted). DET = true: dk/dv kernel without dq,
+// then attn_bwd_dq_kernel<HD, DQ_MT> (deterministic; dq_acc unused).
+template <int HD, bool DET, int DQ_MT>
 static inline void attention_backward_fast(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,
                                            const float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                                            float *dq_acc, float *dsum, int B, int T, int H, int KVH,
                                            cudaStream_t stream) {
     float scale = 1.0f / sqrtf((float)HD);
     size_t qrows = (size_t)B * T * H;
-    attn_bwd_preprocess_kernel<<<attn_warp_blocks(qrows, 8), 256, 0, stream>>>(dsum, dq_acc, dout, out, B, T, H, HD);
+    attn_bwd_preprocess_kernel<<<attn_warp_blocks(qrows, 8), 256, 0, stream>>>(dsum, DET ? NULL : dq_acc, dout, out,
+                                                                                B, T, H, HD);
     cudaCheckLaunch();
-    size_t smem = attn_bwd_smem_bytes<HD>();
-    cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    size_t smem = attn_bwd_smem_bytes<HD, !DET>();
+    cudaCheck(
+        cudaFuncSetAttribute(attn_bwd_kernel<HD, !DET>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(CEIL_DIV(T, ATTN_BN), KVH, B);
-    attn_bwd_kernel<HD><<<grid, ATTN_THREADS, smem, stream>>>(dq_acc, dk, dv, dout, lse, dsum, q, k, v, T, H, KVH,
-                                                              scale, scale * ATTN_LOG2E);
+    attn_bwd_kernel<HD, !DET><<<grid, ATTN_THREADS, smem, stream>>>(DET ? NULL : dq_acc, dk, dv, dout, lse, dsum, q,
+                                                                    k, v, T, H, KVH, scale, scale * ATTN_LOG2E);
     cudaCheckLaunch();
-    size_t n = qrows * HD;
-    attn_dq_convert_kernel<<<(unsigned)ceil_div_sz(n / 8, 256), 256, 0, stream>>>(dq, dq_acc, n, scale);
-    cudaCheckLaunch();
+    if (DET) {
+        size_t smq = attn_bwd_dq_smem_bytes<HD, DQ_MT>();
+        cudaCheck(cudaFuncSetAttribute(attn_bwd_dq_kernel<HD, DQ_MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smq));
+        dim3 gq(CEIL_DIV(T, 64 * DQ_MT), H, B);
+        attn_bwd_dq_kernel<HD, DQ_MT><<<gq, ATTN_THREADS, smq, stream>>>(dq, dout, lse, dsum, q, k, v, T, H, KVH,
+                                                                         scale, scale * ATTN_LOG2E);
+        cudaCheckLaunch();
+    } else {
+        size_t n = qrows * HD;
+        attn_dq_convert_kernel<<<(unsigned)ceil_div_sz(n / 8, 256), 256, 0, stream>>>(dq, dq_acc, n, scale);
+        cudaCheckLaunch();
+    }
+}
+
+// hd <= 64 may take the MT = 2 kernels; hd 128 always runs MT = 1.
+template <int HD>
+static inline void attention_forward_fast_v(const AttnVariant *va, bf16 *out, float *lse, const bf16 *q,
+                                            const bf16 *k, const bf16 *v, int B, int T, int H, int KVH,
+                                            cudaStream_t stream) {
+    if constexpr (HD <= 64) {
+        if (va->fwd_mt == 2) return attention_forward_fast<HD, 2>(out, lse, q, k, v, B, T, H, KVH, stream);
+    }
+    attention_forward_fast<HD, 1>(out, lse, q, k, v, B, T, H, KVH, stream);
+}
+
+template <int HD>
+static inline void attention_backward_fast_v(const AttnVariant *va, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
+                                             const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
+                                             const bf16 *v, float *dq_acc, float *dsum, int B, int T, int H, int KVH,
+                                             cudaStream_t stream) {
+    if (!va->bwd_det)
+        return attention_backward_fast<HD, false, 1>(dq, dk, dv, dout, out, lse, q, k, v, dq_acc, dsum, B, T, H, KVH,
+                                                     stream);
+    if constexpr (HD <= 64) {
+        if (va->dq_mt == 2)
+            return attention_backward_fast<HD, true, 2>(dq, dk, dv, dout, out, lse, q, k, v, dq_acc, dsum, B, T, H,
+                                                        KVH, stream);
+    }
+    attention_backward_fast<HD, true, 1>(dq, dk, dv, dout, out, lse, q, k, v, dq_acc, dsum, B, T, H, KVH, stream);
 }
 
 // ------------------------------------------------------------------------------------------------
 // Public entry points
 
-static inline void attention_forward_path(AttnPath path, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
-                                          const bf16 *v, int B, int T, int H, int KVH, int hd, cudaStream_t stream) {
+static inline void attention_forward_variant(const AttnVariant *va, bf16 *out, float *lse, const bf16 *q,
+                                             const bf16 *k, const bf16 *v, int B, int T, int H, int KVH, int hd,
+                                             cudaStream_t stream) {
     const void *ptrs[5] = {out, lse, q, k, v};
     attention_check_args("attention_forward", ptrs, 5, B, T, H, KVH, hd);
-    if (path == ATTN_PATH_FAST && hd == 64) attention_forward_fast<64>(out, lse, q, k, v, B, T, H, KVH, stream);
-    else if (path == ATTN_PATH_FAST && hd == 128) attention_forward_fast<128>(out, lse, q, k, v, B, T, H, KVH, stream);
-    else if (path == ATTN_PATH_FAST && hd == 32) attention_forward_fast<32>(out, lse, q, k, v, B, T, H, KVH, stream);
+    attention_check_variant("attention_forward", va);
+    const int fast = va->path == ATTN_PATH_FAST;
+    if (fast && hd == 64) attention_forward_fast_v<64>(va, out, lse, q, k, v, B, T, H, KVH, stream);
+    else if (fast && hd == 128) attention_forward_fast_v<128>(va, out, lse, q, k, v, B, T, H, KVH, stream);
+    else if (fast && hd == 32) attention_forward_fast_v<32>(va, out, lse, q, k, v, B, T, H, KVH, stream);
     else attention_forward_simple(out, lse, q, k, v, B, T, H, KVH, hd, stream);
+}
+
+static inline void attention_backward_variant(const AttnVariant *va, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
+                                              const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
+                                              const bf16 *v, float *scratch, int B, int T, int H, int KVH, int hd,
+                                              cudaStream_t stream) {
+    const void *ptrs[10] = {dq, dk, dv, dout, out, lse, q, k, v, scratch};
+    attention_check_args("attention_backward", ptrs, 10, B, T, H, KVH, hd);
+    attention_check_variant("attention_backward", va);
+    size_t dq_elems = ((size_t)B * T * H * hd + 63) & ~(size_t)63;
+    float *dsum = scratch + dq_elems;
+    const int fast = va->path == ATTN_PATH_FAST;
+    if (fast && hd == 64)
+        attention_backward_fast_v<64>(va, dq, dk, dv, dout, out, lse, q, k, v, scratch, dsum, B, T, H, KVH, stream);
+    else if (fast && hd == 128)
+        attention_backward_fast_v<128>(va, dq, dk, dv, dout, out, lse, q, k, v, scratch, dsum, B, T, H, KVH, stream);
+    else if (fast && hd == 32)
+        attention_backward_fast_v<32>(va, dq, dk, dv, dout, out, lse, q, k, v, scratch, dsum, B, T, H, KVH, stream);
+    else
+        attention_backward_simple(dq, dk, dv, dout, out, lse, q, k, v, dsum, B, T, H, KVH, hd, stream);
+}
+
+// Path only (default variant of that path).
+static inline void attention_forward_path(AttnPath path, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
+                                          const bf16 *v, int B, int T, int H, int KVH, int hd, cudaStream_t stream) {
+    AttnVariant va = attention_variant_default(path);
+    attention_forward_variant(&va, out, lse, q, k, v, B, T, H, KVH, hd, stream);
 }
 
 static inline void attention_backward_path(AttnPath path, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
                                            const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
                                            const bf16 *v, float *scratch, int B, int T, int H, int KVH, int hd,
                                            cudaStream_t stream) {
-    const void *ptrs[11] = {dq, dk, dv, dout, out, lse, q, k, v, scratch, scratch};
-    attention_check_args("attention_backward", ptrs, 10, B, T, H, KVH, hd);
-    size_t dq_elems = ((size_t)B * T * H * hd + 63) & ~(size_t)63;
-    float *dsum = scratch + dq_elems;
-    if (path == ATTN_PATH_FAST && hd == 64)
-        attention_backward_fast<64>(dq, dk, dv, dout, out, lse, q, k, v, scratch, dsum, B, T, H, KVH, stream);
-    else if (path == ATTN_PATH_FAST && hd == 128)
-        attention_backward_fast<128>(dq, dk, dv, dout, out, lse, q, k, v, scratch, dsum, B, T, H, KVH, stream);
-    else if (path == ATTN_PATH_FAST && hd == 32)
-        attention_backward_fast<32>(dq, dk, dv, dout, out, lse, q, k, v, scratch, dsum, B, T, H, KVH, stream);
-    else
-        attention_backward_simple(dq, dk, dv, dout, out, lse, q, k, v, dsum, B, T, H, KVH, hd, stream);
+    AttnVariant va = attention_variant_default(path);
+    attention_backward_variant(&va, dq, dk, dv, dout, out, lse, q, k, v, scratch, B, T, H, KVH, hd, stream);
 }
 
-// The binding API (core/attention.cuh in apis.md): path from SLLM_ATTN (default fast).
+// The binding API (core/attention.cuh in apis.md): variant from SLLM_ATTN / SLLM_ATTN_FWD / SLLM_ATTN_BWD
+// (defaults: fast, v2, det).
 static inline void attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
                                      int H, int KVH, int hd, cudaStream_t stream) {
-    attention_forward_path(attention_path_from_env(), out, lse, q, k, v, B, T, H, KVH, hd, stream);
+    AttnVariant va = attention_variant_from_env();
+    attention_forward_variant(&va, out, lse, q, k, v, B, T, H, KVH, hd, stream);
 }
 
 static inline void attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,
                                       const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, float *scratch,
                                       int B, int T, int H, int KVH, int hd, cudaStream_t stream) {
-    attention_backward_path(attention_path_from_env(), dq, dk, dv, dout, out, lse, q, k, v, scratch, B, T, H, KVH, hd,
-                            stream);
+    AttnVariant va = attention_variant_from_env();
+    attention_backward_variant(&va, dq, dk, dv, dout, out, lse, q, k, v, scratch, B, T, H, KVH, hd, stream);
 }
 
 #endif  // !ATTN_EMU

@@ -1,9 +1,11 @@
 // dev/bench/bench_attention.cu: times core/attention.cuh at the paper's shapes (hd 64, 32 heads, T 2048).
 // Usage: build/bench_attention [reps]   (default 30)
-// For B in {4, 8}: forward, backward and forward+backward, median of `reps` runs timed with CUDA events after
-// warm-up, and TFLOP/s with causal FLOP counts: fwd 2*B*H*T*T*hd (= 4*B*H*T^2*hd/2: two GEMMs, half the
-// matrix), bwd 2.5x fwd (five GEMMs). Inputs are random (never zeros). Also one timing of the simple path at
-// B=4 (SLLM_ATTN=simple fallback), with few runs, to know what the fallback costs.
+// For B in {4, 8}: forward, backward and forward+backward of each kernel variant side by side (v1 = 64-row
+// forward + atomic dq, the previous default; v2 = 128-row forward + deterministic 128-row dq kernel, the default;
+// v2atom = v2 forward + atomic dq; v1det = v1 forward + 64-row deterministic dq kernel), median of `reps` runs
+// timed with CUDA events after warm-up, and TFLOP/s with causal FLOP counts: fwd 2*B*H*T*T*hd (= 4*B*H*T^2*hd/2:
+// two GEMMs, half the matrix), bwd 2.5x fwd (five GEMMs; the deterministic backward really does seven). Inputs
+// are random (never zeros). Also one timing of the simple path at B=4, with few runs, to know what it costs.
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -33,16 +35,16 @@ typedef struct {
 } Bufs;
 
 // mode 0: fwd, 1: bwd, 2: fwd+bwd. Returns the median ms.
-static float time_it(AttnPath path, int mode, const Bufs *b, int B, int T, int H, int KVH, int hd, int reps) {
+static float time_it(const AttnVariant *va, int mode, const Bufs *b, int B, int T, int H, int KVH, int hd, int reps) {
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     float *ms = (float *)sllm_malloc((size_t)reps * sizeof(float));
     for (int r = -3; r < reps; r++) {  // 3 warm-up runs
         cudaCheck(cudaEventRecord(e0, 0));
-        if (mode != 1) attention_forward_path(path, b->out, b->lse, b->q, b->k, b->v, B, T, H, KVH, hd, 0);
+        if (mode != 1) attention_forward_variant(va, b->out, b->lse, b->q, b->k, b->v, B, T, H, KVH, hd, 0);
         if (mode != 0)
-            attention_backward_path(path, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v, b->scratch,
+            attention_backward_variant(va, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v, b->scratch,
                                     B, T, H, KVH, hd, 0);
         cudaCheck(cudaEventRecord(e1, 0));
         cudaCheck(cudaEventSynchronize(e1));
@@ -85,22 +87,48 @@ int main(int argc, char **argv) {
     fill_random(b.v, nkv, &rng, 1.0);
     fill_random(b.dout, nq, &rng, 1.0);
 
-    printf("%-7s %2s %5s %3s %4s %3s | %9s %8s | %9s %8s | %9s %8s\n", "path", "B", "T", "H", "KVH", "hd", "fwd ms",
+    // forward once so that out/lse are consistent inputs of the backward timings
+    printf("%-7s %2s %5s %3s %4s %3s | %9s %8s | %9s %8s | %9s %8s\n", "variant", "B", "T", "H", "KVH", "hd", "fwd ms",
            "TFLOP/s", "bwd ms", "TFLOP/s", "f+b ms", "TFLOP/s");
-    struct { AttnPath path; int B, KVH, reps; } cases[] = {
-        {ATTN_PATH_FAST, 4, 32, reps}, {ATTN_PATH_FAST, 8, 32, reps}, {ATTN_PATH_FAST, 8, 8, reps},
-        {ATTN_PATH_SIMPLE, 4, 32, 3},
+    struct { const char *name; AttnVariant v; } vars[] = {
+        {"v1", {ATTN_PATH_FAST, 1, 0, 1}},     {"v2", {ATTN_PATH_FAST, 2, 1, 2}},
+        {"v2atom", {ATTN_PATH_FAST, 2, 0, 1}}, {"v1det", {ATTN_PATH_FAST, 1, 1, 1}},
     };
+    const int nv = (int)(sizeof vars / sizeof vars[0]);
+    struct { int B, KVH, nvar; } cases[] = {{4, 32, nv}, {8, 32, nv}, {8, 8, 2}};
+    float summary[3][4][3];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        int B = cases[c].B, kvh = cases[c].KVH, n = cases[c].reps;
+        int B = cases[c].B, kvh = cases[c].KVH;
         double fwd_flop = 2.0 * B * H * (double)T * T * hd, bwd_flop = 2.5 * fwd_flop;
-        float tf = time_it(cases[c].path, 0, &b, B, T, H, kvh, hd, n);
-        float tb = time_it(cases[c].path, 1, &b, B, T, H, kvh, hd, n);
-        float tfb = time_it(cases[c].path, 2, &b, B, T, H, kvh, hd, n);
-        printf("%-7s %2d %5d %3d %4d %3d | %9.3f %8.1f | %9.3f %8.1f | %9.3f %8.1f\n",
-               cases[c].path == ATTN_PATH_FAST ? "fast" : "simple", B, T, H, kvh, hd, tf, fwd_flop / tf * 1e-9, tb,
-               bwd_flop / tb * 1e-9, tfb, (fwd_flop + bwd_flop) / tfb * 1e-9);
+        attention_forward_variant(&vars[0].v, b.out, b.lse, b.q, b.k, b.v, B, T, H, kvh, hd, 0);
+        for (int vi = 0; vi < cases[c].nvar; vi++) {
+            float tf = time_it(&vars[vi].v, 0, &b, B, T, H, kvh, hd, reps);
+            float tb = time_it(&vars[vi].v, 1, &b, B, T, H, kvh, hd, reps);
+            float tfb = time_it(&vars[vi].v, 2, &b, B, T, H, kvh, hd, reps);
+            summary[c][vi][0] = tf, summary[c][vi][1] = tb, summary[c][vi][2] = tfb;
+            printf("%-7s %2d %5d %3d %4d %3d | %9.3f %8.1f | %9.3f %8.1f | %9.3f %8.1f\n", vars[vi].name, B, T, H,
+                   kvh, hd, tf, fwd_flop / tf * 1e-9, tb, bwd_flop / tb * 1e-9, tfb,
+                   (fwd_flop + bwd_flop) / tfb * 1e-9);
+        }
     }
+    {
+        AttnVariant simple = attention_variant_default(ATTN_PATH_SIMPLE);
+        int B = 4;
+        double fwd_flop = 2.0 * B * H * (double)T * T * hd, bwd_flop = 2.5 * fwd_flop;
+        float tf = time_it(&simple, 0, &b, B, T, H, KVH, hd, 3);
+        float tb = time_it(&simple, 1, &b, B, T, H, KVH, hd, 3);
+        printf("%-7s %2d %5d %3d %4d %3d | %9.3f %8.1f | %9.3f %8.1f |\n", "simple", B, T, H, KVH, hd, tf,
+               fwd_flop / tf * 1e-9, tb, bwd_flop / tb * 1e-9);
+    }
+    printf("\nold (v1) vs new (v2 = default): time ratio old/new (>1 = new faster)\n");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        printf("  B=%d KVH=%2d: fwd %.3f -> %.3f ms (x%.2f) | bwd %.3f -> %.3f ms (x%.2f) | f+b %.3f -> %.3f ms "
+               "(x%.2f)\n",
+               cases[c].B, cases[c].KVH, summary[c][0][0], summary[c][1][0], summary[c][0][0] / summary[c][1][0],
+               summary[c][0][1], summary[c][1][1], summary[c][0][1] / summary[c][1][1], summary[c][0][2],
+               summary[c][1][2], summary[c][0][2] / summary[c][1][2]);
+    printf("deterministic dq cost at the v2 forward: bwd det/atomic = %.3f (B=4), %.3f (B=8)\n",
+           summary[0][1][1] / summary[0][2][1], summary[1][1][1] / summary[1][2][1]);
     cudaCheck(cudaFree(b.q));
     cudaCheck(cudaFree(b.k));
     cudaCheck(cudaFree(b.v));

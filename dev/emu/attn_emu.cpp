@@ -26,7 +26,7 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 
@@ -73,6 +73,7 @@ static inline void attn_cp_async16(void *smem, const void *gmem, bool valid) {
     else memset(smem, 0, 16);
 }
 static inline void attn_cp_async_commit() {}
+static inline float attn_exp2(float x) { return exp2f(x); }  // ex2.approx.ftz on the GPU
 static inline void attn_cp_async_wait_all() {}
 
 static inline uint16_t bf16_bits(const void *p) { uint16_t u; memcpy(&u, p, 2); return u; }
@@ -173,7 +174,8 @@ static double relerr(const std::vector<float> &x, const std::vector<double> &r) 
     return sqrt(n) / fmax(sqrt(d), 1e-2 * sqrt((double)x.size()));
 }
 
-template <int HD>
+// FMT: forward m-tiles per warp (1: v1, 2: v2). DET: 0 = atomic dq (v1), 1 = dk/dv kernel + dq kernel with DQMT.
+template <int HD, int FMT, int DET, int DQMT>
 static int run_case(int B, int T, int H, int KVH) {
     const int hd = HD;
     size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KVH * hd, nl = (size_t)B * H * T;
@@ -239,8 +241,8 @@ static int run_case(int B, int T, int H, int KVH) {
     for (auto &x : bdk) x = __float2bfloat16(NAN);
     for (auto &x : bdv) x = __float2bfloat16(NAN);
     float scale_log2 = ATTN_LOG2E / sqrtf((float)hd);
-    launch({(unsigned)CEIL_DIV(T, ATTN_BM), (unsigned)H, (unsigned)B}, [&] {
-        attn_fwd_kernel<HD>(bo.data(), lse.data(), bq.data(), bk.data(), bv.data(), T, H, KVH, scale_log2);
+    launch({(unsigned)CEIL_DIV(T, 64 * FMT), (unsigned)H, (unsigned)B}, [&] {
+        attn_fwd_kernel<HD, FMT>(bo.data(), lse.data(), bq.data(), bk.data(), bv.data(), T, H, KVH, scale_log2);
     });
     // preprocess (as attn_bwd_preprocess_kernel) on the host
     std::vector<float> dsum(nl), dq_acc(nq, NAN);
@@ -256,18 +258,28 @@ static int run_case(int B, int T, int H, int KVH) {
                 dsum[((size_t)b * H + h) * T + i] = s;
             }
     float sc = 1.0f / sqrtf((float)hd);
-    launch({(unsigned)CEIL_DIV(T, ATTN_BN), (unsigned)KVH, (unsigned)B}, [&] {
-        attn_bwd_kernel<HD>(dq_acc.data(), bdk.data(), bdv.data(), bdo.data(), lse.data(), dsum.data(), bq.data(),
-                            bk.data(), bv.data(), T, H, KVH, sc, sc * ATTN_LOG2E);
-    });
     std::vector<float> dqf(nq);
-    for (size_t i = 0; i < nq; i++) dqf[i] = rb(dq_acc[i] * sc);
+    launch({(unsigned)CEIL_DIV(T, ATTN_BN), (unsigned)KVH, (unsigned)B}, [&] {
+        attn_bwd_kernel<HD, !DET>(DET ? NULL : dq_acc.data(), bdk.data(), bdv.data(), bdo.data(), lse.data(),
+                                  dsum.data(), bq.data(), bk.data(), bv.data(), T, H, KVH, sc, sc * ATTN_LOG2E);
+    });
+    if (DET) {
+        for (auto &x : bdq) x = __float2bfloat16(NAN);
+        launch({(unsigned)CEIL_DIV(T, 64 * DQMT), (unsigned)H, (unsigned)B}, [&] {
+            attn_bwd_dq_kernel<HD, DQMT>(bdq.data(), bdo.data(), lse.data(), dsum.data(), bq.data(), bk.data(),
+                                         bv.data(), T, H, KVH, sc, sc * ATTN_LOG2E);
+        });
+        dqf = tof(bdq);
+    } else {
+        for (size_t i = 0; i < nq; i++) dqf[i] = rb(dq_acc[i] * sc);
+    }
     double lerr = 0;
     for (size_t i = 0; i < nl; i++) lerr = isfinite(lse[i]) ? fmax(lerr, fabs(lse[i] - rl[i])) : INFINITY;
     double eo = relerr(tof(bo), ro), eq = relerr(dqf, rdq), ek = relerr(tof(bdk), rdk), ev = relerr(tof(bdv), rdv);
     int ok = eo < 1e-2 && eq < 1e-2 && ek < 1e-2 && ev < 1e-2 && lerr < 2e-3;
-    printf("emu hd=%3d B=%d T=%3d H=%d KVH=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e  %s\n", HD, B, T, H, KVH, eo,
-           lerr, eq, ek, ev, ok ? "ok" : "FAIL");
+    printf("emu fwd v%d bwd %-6s hd=%3d B=%d T=%3d H=%d KVH=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e  %s\n",
+           FMT, DET ? (DQMT == 2 ? "det2" : "det1") : "atomic", HD, B, T, H, KVH, eo, lerr, eq, ek, ev,
+           ok ? "ok" : "FAIL");
     fflush(stdout);
     return ok;
 }
@@ -275,13 +287,21 @@ static int run_case(int B, int T, int H, int KVH) {
 int main(int argc, char **argv) {
     int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     int ok = 1;
-    ok &= run_case<64>(1, 17, 1, 1);
-    ok &= run_case<64>(1, 100, 2, 1);
+    // defaults (fwd v2 = 128 rows per CTA, deterministic bwd with the 128-row dq kernel)
+    ok &= run_case<64, 2, 1, 2>(1, 17, 1, 1);
+    ok &= run_case<64, 2, 1, 2>(1, 300, 2, 1);
     if (!quick) {
-        ok &= run_case<64>(2, 129, 2, 2);
-        ok &= run_case<32>(1, 70, 2, 2);
-        ok &= run_case<128>(1, 80, 2, 1);
-        ok &= run_case<64>(1, 1, 1, 1);
+        ok &= run_case<64, 2, 1, 2>(2, 129, 2, 2);
+        ok &= run_case<64, 2, 1, 2>(1, 1, 1, 1);
+        ok &= run_case<32, 2, 1, 2>(1, 70, 2, 2);
+        ok &= run_case<128, 1, 1, 1>(1, 80, 2, 1);  // hd 128 runs MT = 1 kernels
+        ok &= run_case<64, 1, 1, 1>(1, 200, 2, 1);  // det with the 64-row dq kernel
+        // version 1 kernels (fwd 64 rows, atomic dq)
+        ok &= run_case<64, 1, 0, 1>(1, 100, 2, 1);
+        ok &= run_case<64, 1, 0, 1>(2, 129, 2, 2);
+        ok &= run_case<32, 1, 0, 1>(1, 70, 2, 2);
+        ok &= run_case<128, 1, 0, 1>(1, 80, 2, 1);
+        ok &= run_case<64, 1, 0, 1>(1, 1, 1, 1);
     }
     printf("emu: %s\n", ok ? "ALL OK" : "FAILURES");
     return ok ? 0 : 1;

@@ -1,5 +1,7 @@
-// GPU tests of core/attention.cuh: both paths (fast tensor-core, simple warp-per-row) against a CPU float64
-// reference of causal softmax attention (forward) and its analytic gradient (backward).
+// GPU tests of core/attention.cuh: every variant (simple warp-per-row; fast v1 = 64-row forward + atomic dq;
+// fast v2 = 128-row forward + deterministic dq kernel (the default); fast v1 forward + 64-row deterministic dq)
+// against a CPU float64 reference of causal softmax attention (forward) and its analytic gradient (backward),
+// and bitwise reproducibility of the default (deterministic) backward across runs.
 //
 // Inputs are random bf16 (fresh seed per run, printed; SLLM_TEST_SEED=<n> repeats one). Every output buffer is
 // poisoned with NaN before each run, so an unwritten element fails the test.
@@ -115,11 +117,22 @@ static void check_one(const char *what, const char *path, const Shape *s, const 
                       double tol) {
     size_t bad;
     double e = rel_err(x, ref, n, &bad);
-    printf("  %-6s %-4s B=%d T=%4d H=%d KVH=%d hd=%3d  rel_err=%.3e  nonfinite=%zu\n", path, what, s->B, s->T, s->H,
+    printf("  %-10s %-4s B=%d T=%4d H=%d KVH=%d hd=%3d  rel_err=%.3e  nonfinite=%zu\n", path, what, s->B, s->T, s->H,
            s->KVH, s->hd, e, bad);
     if (!(e < tol)) fail_msg("%s path %s: rel err %.3e >= %.1e (nonfinite %zu) at B=%d T=%d H=%d KVH=%d hd=%d seed=%llu",
                              path, what, e, tol, bad, s->B, s->T, s->H, s->KVH, s->hd, (unsigned long long)g_seed);
 }
+
+typedef struct {
+    const char *name;
+    AttnVariant v;
+} NamedVariant;
+static const NamedVariant k_variants[] = {
+    {"simple", {ATTN_PATH_SIMPLE, 2, 1, 2}},
+    {"v1", {ATTN_PATH_FAST, 1, 0, 1}},     // forward 64 rows per CTA, dq by fp32 atomics
+    {"v2", {ATTN_PATH_FAST, 2, 1, 2}},     // default: forward 128 rows per CTA, deterministic 128-row dq kernel
+    {"v1det", {ATTN_PATH_FAST, 1, 1, 1}},  // forward 64 rows, deterministic 64-row dq kernel
+};
 
 static void run_shape(Shape s, int do_simple, int do_fast) {
     if (!cuda_device_available()) skip();
@@ -160,21 +173,22 @@ static void run_shape(Shape s, int do_simple, int do_fast) {
     float *h_out = (float *)sllm_malloc(nq * 4), *h_lse = (float *)sllm_malloc(nl * 4);
     float *h_dq = (float *)sllm_malloc(nq * 4), *h_dk = (float *)sllm_malloc(nkv * 4);
     float *h_dv = (float *)sllm_malloc(nkv * 4);
-    for (int pass = 0; pass < 2; pass++) {
-        AttnPath path = pass == 0 ? ATTN_PATH_SIMPLE : ATTN_PATH_FAST;
+    for (size_t pass = 0; pass < sizeof k_variants / sizeof k_variants[0]; pass++) {
+        const AttnVariant *va = &k_variants[pass].v;
+        AttnPath path = va->path;
         if ((path == ATTN_PATH_SIMPLE && !do_simple) || (path == ATTN_PATH_FAST && !do_fast)) continue;
-        const char *pname = path == ATTN_PATH_SIMPLE ? "simple"
-                            : attention_fast_supported(s.hd) ? "fast"
-                                                             : "fast(->simple)";
+        char pname[32];
+        snprintf(pname, sizeof pname, "%s%s", k_variants[pass].name,
+                 path == ATTN_PATH_FAST && !attention_fast_supported(s.hd) ? "(->simple)" : "");
         poison(d_out, nq * 2);
         poison(d_lse, nl * 4);
         poison(d_dq, nq * 2);
         poison(d_dk, nkv * 2);
         poison(d_dv, nkv * 2);
         poison(d_scratch, scratch_bytes);
-        attention_forward_path(path, d_out, d_lse, d_q, d_k, d_v, s.B, s.T, s.H, s.KVH, s.hd, 0);
+        attention_forward_variant(va, d_out, d_lse, d_q, d_k, d_v, s.B, s.T, s.H, s.KVH, s.hd, 0);
         cudaCheck(cudaDeviceSynchronize());
-        attention_backward_path(path, d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v, d_scratch, s.B, s.T, s.H,
+        attention_backward_variant(va, d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v, d_scratch, s.B, s.T, s.H,
                                 s.KVH, s.hd, 0);
         cudaCheck(cudaDeviceSynchronize());
         download_bf16(h_out, d_out, nq);
@@ -188,7 +202,7 @@ static void run_shape(Shape s, int do_simple, int do_fast) {
             if (!isfinite(h_lse[i])) { lse_bad++; continue; }
             lse_max = fmax(lse_max, fabs(h_lse[i] - r_lse[i]));
         }
-        printf("  %-6s lse  max_abs_err=%.3e nonfinite=%zu\n", pname, lse_max, lse_bad);
+        printf("  %-10s lse  max_abs_err=%.3e nonfinite=%zu\n", pname, lse_max, lse_bad);
         if (lse_bad || !(lse_max < 2e-3))
             fail_msg("%s path lse: max abs err %.3e, nonfinite %zu (seed=%llu)", pname, lse_max, lse_bad,
                      (unsigned long long)g_seed);
@@ -212,6 +226,109 @@ static void run_shape(Shape s, int do_simple, int do_fast) {
     free(h_out); free(h_lse); free(h_dq); free(h_dk); free(h_dv);
 }
 
+// Runs forward + backward of variant `va` (NULL: the env-default API attention_forward/backward) and copies the raw
+// bits of out, lse, dq, dk, dv to the host (h: 5 buffers). Outputs and scratch are poisoned first.
+typedef struct {
+    bf16 *q, *k, *v, *dout, *out, *dq, *dk, *dv;
+    float *lse, *scratch;
+    size_t nq, nkv, nl, scratch_bytes;
+} DevBufs;
+static void run_bits(const AttnVariant *va, const DevBufs *d, const Shape *s, void *h[5]) {
+    poison(d->out, d->nq * 2);
+    poison(d->lse, d->nl * 4);
+    poison(d->dq, d->nq * 2);
+    poison(d->dk, d->nkv * 2);
+    poison(d->dv, d->nkv * 2);
+    poison(d->scratch, d->scratch_bytes);
+    if (va) attention_forward_variant(va, d->out, d->lse, d->q, d->k, d->v, s->B, s->T, s->H, s->KVH, s->hd, 0);
+    else attention_forward(d->out, d->lse, d->q, d->k, d->v, s->B, s->T, s->H, s->KVH, s->hd, 0);
+    if (va)
+        attention_backward_variant(va, d->dq, d->dk, d->dv, d->dout, d->out, d->lse, d->q, d->k, d->v, d->scratch,
+                                   s->B, s->T, s->H, s->KVH, s->hd, 0);
+    else
+        attention_backward(d->dq, d->dk, d->dv, d->dout, d->out, d->lse, d->q, d->k, d->v, d->scratch, s->B, s->T,
+                           s->H, s->KVH, s->hd, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(h[0], d->out, d->nq * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h[1], d->lse, d->nl * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h[2], d->dq, d->nq * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h[3], d->dk, d->nkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h[4], d->dv, d->nkv * 2, cudaMemcpyDeviceToHost));
+}
+
+static size_t count_diff_u16(const void *a, const void *b, size_t n) {
+    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += x[i] != y[i];
+    return c;
+}
+
+// The deterministic variants give the same bits on every run (out, lse, dq, dk, dv), and the env-default API
+// (SLLM_ATTN* unset) is the v2 variant bit for bit. The atomic variant's dq differences are only reported.
+static void check_determinism(Shape s) {
+    if (!cuda_device_available()) skip();
+    Rng rng;
+    rng_seed(&rng, g_seed ^ 0x5eedull ^ ((uint64_t)s.hd << 32) ^ (uint64_t)s.T);
+    DevBufs d;
+    d.nq = (size_t)s.B * s.T * s.H * s.hd, d.nkv = (size_t)s.B * s.T * s.KVH * s.hd, d.nl = (size_t)s.B * s.H * s.T;
+    d.scratch_bytes = attention_backward_scratch_bytes(s.B, s.T, s.H, s.KVH, s.hd);
+    float *tmp = (float *)sllm_malloc(d.nq * 4);
+    bf16 **bfs[8] = {&d.q, &d.k, &d.v, &d.dout, &d.out, &d.dq, &d.dk, &d.dv};
+    size_t ns[8] = {d.nq, d.nkv, d.nkv, d.nq, d.nq, d.nq, d.nkv, d.nkv};
+    for (int i = 0; i < 8; i++) cudaCheck(cudaMalloc(bfs[i], ns[i] * 2));
+    cudaCheck(cudaMalloc(&d.lse, d.nl * 4));
+    cudaCheck(cudaMalloc(&d.scratch, d.scratch_bytes));
+    for (int i = 0; i < 4; i++) {
+        fill_bf16_normal(&rng, tmp, ns[i], i == 0 ? 1.5 : 1.0);
+        upload_bf16(*bfs[i], tmp, ns[i]);
+    }
+    size_t sizes[5] = {d.nq * 2, d.nl * 4, d.nq * 2, d.nkv * 2, d.nkv * 2};
+    void *a[5], *b[5];
+    for (int i = 0; i < 5; i++) {
+        a[i] = sllm_malloc(sizes[i]);
+        b[i] = sllm_malloc(sizes[i]);
+    }
+    const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+    unsetenv("SLLM_ATTN");
+    unsetenv("SLLM_ATTN_FWD");
+    unsetenv("SLLM_ATTN_BWD");
+    for (size_t vi = 1; vi < sizeof k_variants / sizeof k_variants[0]; vi++) {
+        const AttnVariant *va = &k_variants[vi].v;
+        run_bits(va, &d, &s, a);
+        for (int rep = 0; rep < 3; rep++) {
+            run_bits(va, &d, &s, b);
+            for (int i = 0; i < 5; i++) {
+                int same = memcmp(a[i], b[i], sizes[i]) == 0;
+                if (va->bwd_det || i != 2) {
+                    if (!same)
+                        fail_msg("%s %s differs between runs (B=%d T=%d H=%d KVH=%d hd=%d seed=%llu)",
+                                 k_variants[vi].name, names[i], s.B, s.T, s.H, s.KVH, s.hd,
+                                 (unsigned long long)g_seed);
+                } else if (rep == 0) {
+                    printf("  %-6s dq (fp32 atomics): %zu of %zu bf16 values differ between two runs (not asserted)\n",
+                           k_variants[vi].name, count_diff_u16(a[i], b[i], d.nq), d.nq);
+                }
+            }
+        }
+        printf("  %-6s hd=%3d B=%d T=%d H=%d KVH=%d: 4 runs, %s\n", k_variants[vi].name, s.hd, s.B, s.T, s.H, s.KVH,
+               va->bwd_det ? "all outputs bitwise identical" : "out/lse/dk/dv bitwise identical");
+        if (vi == 2) {  // the default variant: the env-default API must give the same bits
+            run_bits(NULL, &d, &s, b);
+            for (int i = 0; i < 5; i++)
+                if (memcmp(a[i], b[i], sizes[i]) != 0)
+                    fail_msg("attention_forward/backward (env default) %s differs from the v2 variant", names[i]);
+        }
+    }
+    for (int i = 0; i < 5; i++) {
+        free(a[i]);
+        free(b[i]);
+    }
+    for (int i = 0; i < 8; i++) cudaCheck(cudaFree(*bfs[i]));
+    cudaCheck(cudaFree(d.lse));
+    cudaCheck(cudaFree(d.scratch));
+    free(tmp);
+}
+
 // ---- tests -----------------------------------------------------------------------------------------------
 static void test_validate(void **state) {
     (void)state;
@@ -231,6 +348,31 @@ static void test_validate(void **state) {
     assert_int_equal(attention_path_from_env(), ATTN_PATH_FAST);
     unsetenv("SLLM_ATTN");
     assert_int_equal(attention_path_from_env(), ATTN_PATH_FAST);
+    unsetenv("SLLM_ATTN_FWD");
+    unsetenv("SLLM_ATTN_BWD");
+    AttnVariant v = attention_variant_from_env();
+    assert_int_equal(v.path, ATTN_PATH_FAST);
+    assert_int_equal(v.fwd_mt, 2);
+    assert_int_equal(v.bwd_det, 1);
+    setenv("SLLM_ATTN_FWD", "v1", 1);
+    setenv("SLLM_ATTN_BWD", "atomic", 1);
+    v = attention_variant_from_env();
+    assert_int_equal(v.fwd_mt, 1);
+    assert_int_equal(v.bwd_det, 0);
+    setenv("SLLM_ATTN_FWD", "v2", 1);
+    setenv("SLLM_ATTN_BWD", "det", 1);
+    v = attention_variant_from_env();
+    assert_int_equal(v.fwd_mt, 2);
+    assert_int_equal(v.bwd_det, 1);
+    unsetenv("SLLM_ATTN_FWD");
+    unsetenv("SLLM_ATTN_BWD");
+}
+
+static void test_deterministic(void **state) {
+    (void)state;
+    check_determinism((Shape){2, 1024, 8, 2, 64});
+    check_determinism((Shape){1, 300, 4, 4, 128});
+    check_determinism((Shape){2, 257, 4, 1, 32});
 }
 
 // T not a multiple of the 64-row blocks, T = 1, B > 1, MHA
@@ -278,7 +420,7 @@ int main(void) {
         cmocka_unit_test(test_validate),        cmocka_unit_test(test_mha_hd64_odd_T),
         cmocka_unit_test(test_gqa_hd64),        cmocka_unit_test(test_hd128),
         cmocka_unit_test(test_hd32),            cmocka_unit_test(test_small_hd_fallback),
-        cmocka_unit_test(test_large_hd64),
+        cmocka_unit_test(test_large_hd64),      cmocka_unit_test(test_deterministic),
     };
     return cmocka_run_group_tests_name("attention", tests, NULL, NULL);
 }

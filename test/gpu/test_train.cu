@@ -18,7 +18,7 @@
 //      non-zeros per token: 3e-2 relative (same kink flips); fired fraction: 0.03 absolute.
 //    recompute = 2 (FFN hidden and norms recomputed in backward) must give the same gradients (1e-6).
 //    Gradients are poisoned with NaN before model_zero_grad (which no longer memsets them): the first backward
-//    must write every element. A second micro-step without zeroing must double every gradient (1e-6).
+//    must write every element. A second micro-step without zeroing must double every gradient (1e-5).
 // 2. Three AdamW steps (lr 1e-4, wd 0.1, clip 1.0, fresh tokens each step) on both sides: the master weights
 //    agree per tensor to 1e-2 relative (the updates are ~1.5% of the weights; sign flips of near-zero gradients
 //    move an element by at most 2 lr per step), and the update directions agree in sign for >= 90% of the
@@ -159,13 +159,15 @@ static int compare_forward_backward(const ModelConfig *c, int B, int T) {
         model_get_grads(&m2, rc == 0 ? g0 : g2);
         if (rc == 0) {
             // accumulation: a second micro-step on the same batch (no model_zero_grad) doubles every gradient
-            // (beta = 1 GEMMs, += norm gains; equal addends add exactly, the embedding's two sources round once more)
+            // (beta = 1 GEMMs, += norm gains). 1e-5, not exact: cuBLASLt may pick a different algorithm for beta = 0
+            // and beta = 1 (different fp32 summation order), and the embedding's two sources round once more; a
+            // missing or doubled accumulation gives O(0.5).
             model_forward(&m2, tok, tgt, B, T, MODEL_TRAIN, 1.0f / N);
             model_backward(&m2, (float)(c->l1_lambda / ((double)L * N)));
             float *ga = (float *)sllm_malloc(total * 4);
             model_get_grads(&m2, ga);
             for (size_t i = 0; i < total; i++) gd[i] = 2.0 * g0[i];
-            EXPECT_REL("grad accumulation (2 micro-steps)", rel_err_fd(ga, gd, total), 1e-6);
+            EXPECT_REL("grad accumulation (2 micro-steps)", rel_err_fd(ga, gd, total), 1e-5);
             free(ga);
         }
         model_free(&m2);

@@ -276,7 +276,7 @@ int main(int argc, char **argv) {
         {"seed", 0, CLI_U64, &o.seed, "seed for init, data order and sampling", 0, 0, 0},
         {"recompute", 'r', CLI_INT, &o.recompute, "activation recompute: 0 none, 1 FFN hidden, 2 + norms", 0, 2, 0},
         {"log-stats-every", 0, CLI_INT, &o.log_stats_every, "per-layer sparsity statistics every N steps (0: off)", 0, 2e9, 0},
-        {"deterministic", 0, CLI_FLAG, &o.deterministic, "bit-reproducible runs: deterministic attention backward (slower; sets SLLM_ATTN=simple)", 0, 0, 0},
+        {"deterministic", 0, CLI_FLAG, &o.deterministic, "bit-reproducible runs even if SLLM_ATTN_BWD=atomic is set (the default attention backward is already deterministic)", 0, 0, 0},
         {"time-limit", 0, CLI_INT, &o.time_limit, "stop after this many seconds of training (eval, sample, checkpoint, exit)", 1, 1e9, 0},
         {"bench", 0, CLI_INT, &o.bench, "benchmark: N steps (random tokens if no --train), median step time and a per-phase GPU time table (CUDA events)", 1, 1e6, 0},
         {"profile", 0, CLI_FLAG, &o.profile, "print the per-phase GPU time table in training too (every --log-stats-every steps)", 0, 0, 0},
@@ -285,9 +285,10 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, opts, "train_gpt_relu",
               "Trains a Llama-style model with a ReLU-gated FFN and an L1 activation penalty on one GPU.");
     char err[1024];
-    // Everything but the fast attention backward (dq accumulated with atomics) is deterministic; resume is
-    // bit-exact with --deterministic (or SLLM_ATTN=simple).
-    if (o.deterministic) setenv("SLLM_ATTN", "simple", 1);
+    // Every kernel of the default path is deterministic (the attention backward computes dq in its own pass),
+    // so resume is bit-exact. Only SLLM_ATTN_BWD=atomic (dq added with atomics, a little faster) is not;
+    // --deterministic overrides it.
+    if (o.deterministic) setenv("SLLM_ATTN_BWD", "det", 1);
 
     // ---- config
     ModelConfig cfg;

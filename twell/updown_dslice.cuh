@@ -452,18 +452,24 @@ static inline int twell_dslice_workspace_create(TwellDsliceWS *ws, int max_M, in
     cudaCheck(cudaFuncSetAttribute(twell_ds::up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws->smem_up));
     cudaCheck(cudaFuncSetAttribute(twell_ds::down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)ws->smem_down));
-    // Largest up cluster (dividing NS) that the device can place; the down cluster is NG (must fit).
+    // Up cluster: the largest CL (dividing NS, <= 8) whose clusters can all be resident at once
+    // (active clusters x CL >= NS x NG: one wave); else the largest that can be placed at all.
     cudaLaunchAttribute attr[1];
-    for (int cl = ws->CLu; cl >= 1; cl >>= 1) {
-        if (ws->NS % cl) continue;
-        cudaLaunchConfig_t cfg = twell_ds::launch_cfg(dim3(ws->NS, NG), ws->smem_up, cl, attr, 0);
-        int n = 0;
-        if (cudaOccupancyMaxActiveClusters(&n, twell_ds::up_kernel, &cfg) == cudaSuccess && n > 0) {
-            ws->CLu = cl;
-            ws->up_active_clusters = n;
-            break;
+    {
+        int best = 0, best_n = 0, first = 0, first_n = 0;
+        for (int cl = ws->CLu; cl >= 1; cl >>= 1) {
+            if (ws->NS % cl) continue;
+            cudaLaunchConfig_t cfg = twell_ds::launch_cfg(dim3(ws->NS, NG), ws->smem_up, cl, attr, 0);
+            int n = 0;
+            if (cudaOccupancyMaxActiveClusters(&n, twell_ds::up_kernel, &cfg) != cudaSuccess || n <= 0) {
+                (void)cudaGetLastError();
+                continue;
+            }
+            if (!first) { first = cl; first_n = n; }
+            if ((long long)n * cl >= (long long)ws->NS * NG) { best = cl; best_n = n; break; }
         }
-        (void)cudaGetLastError();
+        ws->CLu = best ? best : first;
+        ws->up_active_clusters = best ? best_n : first_n;
     }
     {
         cudaLaunchConfig_t cfg = twell_ds::launch_cfg(dim3(NG, ws->NS), ws->smem_down, NG, attr, 0);

@@ -16,18 +16,13 @@
 
 #define MATMUL_CACHE_SIZE 128
 
-typedef struct {
-    int m, n, k, trans_a, trans_b, out_f32, beta_nonzero, valid;
-    cublasLtMatmulAlgo_t algo;
-} MatmulCacheEntry;
-
-// Cache entry of matmul_strided_batched (added by helper TRAIN for the fused gate+up GEMM).
+// One cached heuristic answer per call shape (batch 1 for plain GEMMs; found = 0 remembers that cuBLASLt
+// has no algorithm for a batched layout, which then runs as `batch` plain calls).
 typedef struct {
     int m, n, k, trans_a, trans_b, out_f32, beta_nonzero, batch, valid, found;
     long long stride_a, stride_b, stride_out;
     cublasLtMatmulAlgo_t algo;
-} MatmulBatchedCacheEntry;
-#define MATMUL_BATCHED_CACHE_SIZE 32
+} MatmulCacheEntry;
 
 typedef struct {
     cublasLtHandle_t handle;
@@ -35,8 +30,6 @@ typedef struct {
     size_t workspace_size;
     MatmulCacheEntry cache[MATMUL_CACHE_SIZE];
     int cache_next;
-    MatmulBatchedCacheEntry bcache[MATMUL_BATCHED_CACHE_SIZE];
-    int bcache_next;
 } MatmulContext;
 
 static inline void matmul_context_init(MatmulContext *ctx) {
@@ -52,91 +45,42 @@ static inline void matmul_context_free(MatmulContext *ctx) {
     memset(ctx, 0, sizeof(*ctx));
 }
 
-static inline void matmul(MatmulContext *ctx, void *out, int out_f32, const bf16 *A, int trans_a, const bf16 *B,
-                          int trans_b, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) SLLM_FATAL("matmul: bad shape M=%d N=%d K=%d", M, N, K);
-    if (((uintptr_t)out | (uintptr_t)A | (uintptr_t)B) & 15)
-        SLLM_FATAL("matmul: cuBLASLt needs 16-byte aligned pointers (out=%p A=%p B=%p)", out, (const void *)A,
-                   (const void *)B);
-    // Column-major view: out^T [N, M] = op(B)^T [N, K] x op(A)^T [K, M].
-    cublasOperation_t opB = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t opA = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int ldb = trans_b ? K : N;  // leading dim of B's buffer viewed column-major
-    int lda = trans_a ? M : K;
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof(opB)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof(opA)));
-    cublasLtMatrixLayout_t lb, la, lc;
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lc, out_f32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
-
-    MatmulCacheEntry *hit = NULL;
-    int beta_nz = beta != 0.0f;
-    for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
-        MatmulCacheEntry *e = &ctx->cache[i];
-        if (e->valid && e->m == M && e->n == N && e->k == K && e->trans_a == trans_a && e->trans_b == trans_b &&
-            e->out_f32 == out_f32 && e->beta_nonzero == beta_nz) { hit = e; break; }
-    }
-    if (!hit) {
-        cublasLtMatmulPreference_t pref;
-        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &ctx->workspace_size, sizeof(ctx->workspace_size)));
-        cublasLtMatmulHeuristicResult_t res;
-        int found = 0;
-        cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, lb, la, lc, lc, pref, 1, &res, &found));
-        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        if (found == 0)
-            SLLM_FATAL("matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d trans_a=%d trans_b=%d out_f32=%d", M,
-                       N, K, trans_a, trans_b, out_f32);
-        hit = &ctx->cache[ctx->cache_next];
-        ctx->cache_next = (ctx->cache_next + 1) % MATMUL_CACHE_SIZE;
-        hit->m = M; hit->n = N; hit->k = K; hit->trans_a = trans_a; hit->trans_b = trans_b;
-        hit->out_f32 = out_f32; hit->beta_nonzero = beta_nz; hit->valid = 1; hit->algo = res.algo;
-    }
-    cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, B, lb, A, la, &beta, out, lc, out, lc, &hit->algo,
-                               ctx->workspace, ctx->workspace_size, stream));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lc));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-}
-
-// Strided-batched GEMM (added by helper TRAIN): for b < batch,
+// Strided-batched GEMM: for b < batch,
 //   out + b*stride_out = alpha * op(A + b*stride_a) @ op(B + b*stride_b) + beta * out(b)
-// Strides are in elements; a stride of 0 broadcasts that operand (e.g. the same activations against
-// the gate and up weights of one layer, which lie L*F*D elements apart in the flat parameter buffer).
-// If cuBLASLt offers no algorithm for the batched layout, it falls back to `batch` plain matmul calls.
+// Strides are in elements; a stride of 0 broadcasts that operand (e.g. the same activations against the gate
+// and up weights of one layer, which lie L*F*D elements apart in the flat parameter buffer). batch == 1 is a
+// plain GEMM. If cuBLASLt offers no algorithm for a batched layout, it runs as `batch` plain calls.
 static inline void matmul_strided_batched(MatmulContext *ctx, void *out, int out_f32, long long stride_out,
                                           const bf16 *A, int trans_a, long long stride_a, const bf16 *B, int trans_b,
                                           long long stride_b, int batch, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream) {
-    if (batch <= 0) SLLM_FATAL("matmul_strided_batched: batch=%d must be > 0", batch);
-    if (batch == 1) { matmul(ctx, out, out_f32, A, trans_a, B, trans_b, M, N, K, alpha, beta, stream); return; }
-    if (M <= 0 || N <= 0 || K <= 0) SLLM_FATAL("matmul_strided_batched: bad shape M=%d N=%d K=%d", M, N, K);
-    size_t osz = out_f32 ? 4 : 2;
+    if (batch <= 0) SLLM_FATAL("matmul: batch=%d must be > 0", batch);
+    if (M <= 0 || N <= 0 || K <= 0) SLLM_FATAL("matmul: bad shape M=%d N=%d K=%d", M, N, K);
+    if (batch == 1) stride_a = stride_b = stride_out = 0;
+    const size_t osz = out_f32 ? 4 : 2;
     if (((uintptr_t)out | (uintptr_t)A | (uintptr_t)B | (uintptr_t)(stride_out * osz) | (uintptr_t)(stride_a * 2) |
          (uintptr_t)(stride_b * 2)) & 15)
-        SLLM_FATAL("matmul_strided_batched: pointers and strides must be 16-byte aligned");
-    MatmulBatchedCacheEntry *hit = NULL;
-    int beta_nz = beta != 0.0f;
-    for (int i = 0; i < MATMUL_BATCHED_CACHE_SIZE; i++) {
-        MatmulBatchedCacheEntry *e = &ctx->bcache[i];
+        SLLM_FATAL("matmul: cuBLASLt needs 16-byte aligned pointers and strides (out=%p A=%p B=%p, strides %lld %lld "
+                   "%lld)", out, (const void *)A, (const void *)B, stride_out, stride_a, stride_b);
+    const int beta_nz = beta != 0.0f;
+    MatmulCacheEntry *hit = NULL;
+    for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
+        MatmulCacheEntry *e = &ctx->cache[i];
         if (e->valid && e->m == M && e->n == N && e->k == K && e->trans_a == trans_a && e->trans_b == trans_b &&
             e->out_f32 == out_f32 && e->beta_nonzero == beta_nz && e->batch == batch && e->stride_a == stride_a &&
             e->stride_b == stride_b && e->stride_out == stride_out) { hit = e; break; }
     }
-    if (hit && !hit->found) {  // known to be unsupported: plain calls
+    if (hit && !hit->found) {  // known to be unsupported as one batched call
         for (int b = 0; b < batch; b++)
-            matmul(ctx, (char *)out + (size_t)b * stride_out * osz, out_f32, A + (size_t)b * stride_a, trans_a,
-                   B + (size_t)b * stride_b, trans_b, M, N, K, alpha, beta, stream);
+            matmul_strided_batched(ctx, (char *)out + (size_t)b * stride_out * osz, out_f32, 0,
+                                   A + (size_t)b * stride_a, trans_a, 0, B + (size_t)b * stride_b, trans_b, 0, 1, M,
+                                   N, K, alpha, beta, stream);
         return;
     }
+    // Column-major view: out^T [N, M] = op(B)^T [N, K] x op(A)^T [K, M].
     cublasOperation_t opB = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opA = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int ldb = trans_b ? K : N, lda = trans_a ? M : K;
+    const int ldb = trans_b ? K : N, lda = trans_a ? M : K;  // leading dims of the buffers viewed column-major
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof(opB)));
@@ -145,14 +89,17 @@ static inline void matmul_strided_batched(MatmulContext *ctx, void *out, int out
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda));
     cublasCheck(cublasLtMatrixLayoutCreate(&lc, out_f32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
-    int32_t bc = batch;
-    int64_t sb = stride_b, sa = stride_a, so = stride_out;
-    cublasCheck(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
-    cublasCheck(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof(sb)));
-    cublasCheck(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
-    cublasCheck(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa, sizeof(sa)));
-    cublasCheck(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
-    cublasCheck(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &so, sizeof(so)));
+    if (batch > 1) {
+        int32_t bc = batch;
+        int64_t sb = stride_b, sa = stride_a, so = stride_out;
+        cublasLtMatrixLayout_t lays[3] = {lb, la, lc};
+        int64_t strides[3] = {sb, sa, so};
+        for (int i = 0; i < 3; i++) {
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                         &strides[i], sizeof(strides[i])));
+        }
+    }
     if (!hit) {
         cublasLtMatmulPreference_t pref;
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -162,8 +109,11 @@ static inline void matmul_strided_batched(MatmulContext *ctx, void *out, int out
         int found = 0;
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, lb, la, lc, lc, pref, 1, &res, &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        hit = &ctx->bcache[ctx->bcache_next];
-        ctx->bcache_next = (ctx->bcache_next + 1) % MATMUL_BATCHED_CACHE_SIZE;
+        if (batch == 1 && (st != CUBLAS_STATUS_SUCCESS || found == 0))
+            SLLM_FATAL("matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d trans_a=%d trans_b=%d out_f32=%d (%s)", M,
+                       N, K, trans_a, trans_b, out_f32, cublasGetStatusString(st));
+        hit = &ctx->cache[ctx->cache_next];
+        ctx->cache_next = (ctx->cache_next + 1) % MATMUL_CACHE_SIZE;
         hit->m = M; hit->n = N; hit->k = K; hit->trans_a = trans_a; hit->trans_b = trans_b; hit->out_f32 = out_f32;
         hit->beta_nonzero = beta_nz; hit->batch = batch; hit->stride_a = stride_a; hit->stride_b = stride_b;
         hit->stride_out = stride_out; hit->valid = 1;
@@ -177,10 +127,17 @@ static inline void matmul_strided_batched(MatmulContext *ctx, void *out, int out
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lc));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
-    if (!hit->found)
+    if (!hit->found)  // batched layout unsupported: plain calls (cached as such for next time)
         for (int b = 0; b < batch; b++)
-            matmul(ctx, (char *)out + (size_t)b * stride_out * osz, out_f32, A + (size_t)b * stride_a, trans_a,
-                   B + (size_t)b * stride_b, trans_b, M, N, K, alpha, beta, stream);
+            matmul_strided_batched(ctx, (char *)out + (size_t)b * stride_out * osz, out_f32, 0,
+                                   A + (size_t)b * stride_a, trans_a, 0, B + (size_t)b * stride_b, trans_b, 0, 1, M,
+                                   N, K, alpha, beta, stream);
+}
+
+// Plain GEMM (see the top of the file).
+static inline void matmul(MatmulContext *ctx, void *out, int out_f32, const bf16 *A, int trans_a, const bf16 *B,
+                          int trans_b, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    matmul_strided_batched(ctx, out, out_f32, 0, A, trans_a, 0, B, trans_b, 0, 1, M, N, K, alpha, beta, stream);
 }
 
 #endif  // SLLM_MATMUL_CUH

@@ -337,6 +337,33 @@ static inline void model_reset_sparsity(Model *m) {
 // ---- forward --------------------------------------------------------------------------------------
 // inputs/targets: HOST arrays of B*T token ids (targets may be NULL in MODEL_LOGITS mode).
 // dloss: gradient scale of each token's CE (MODEL_TRAIN), 1/(tokens of the whole optimizer step).
+// Per-layer activation pointers, shared by the forward and the backward. Recomputed activations (ln1/ln2 with
+// recompute >= 2, h with recompute >= 1) live in a one-layer buffer. q, k, v are packed for the N tokens of
+// the current call: q [N, Q], k [N, KV], v [N, KV] one after the other.
+typedef struct {
+    bf16 *x, *xm, *ln1, *ln2, *q, *k, *v, *att, *gu, *h;
+    float *rstd1, *rstd2, *lse;
+} LayerActs;
+
+static inline LayerActs model_layer_acts(const Model *m, int l, int N) {
+    const size_t NA = m->N, D = m->cfg.d_model, F = m->cfg.d_ff, Q = m->Q, KV = m->KV;
+    LayerActs a;
+    a.x = m->res + l * NA * D;
+    a.xm = m->res_mid + l * NA * D;
+    a.ln1 = m->ln1 + (m->recompute >= 2 ? 0 : l) * NA * D;
+    a.ln2 = m->ln2 + (m->recompute >= 2 ? 0 : l) * NA * D;
+    a.rstd1 = m->rstd1 + l * NA;
+    a.rstd2 = m->rstd2 + l * NA;
+    a.q = m->qkv + l * NA * (Q + 2 * KV);
+    a.k = a.q + (size_t)N * Q;
+    a.v = a.k + (size_t)N * KV;
+    a.att = m->att + l * NA * Q;
+    a.lse = m->lse + l * m->lse_stride;
+    a.gu = m->gu + l * (size_t)m->G * NA * F;
+    a.h = m->h + (m->recompute >= 1 ? 0 : l) * NA * F;
+    return a;
+}
+
 static inline void model_forward(Model *m, const int *inputs, const int *targets, int B, int T, ModelMode mode,
                                  float dloss) {
     const ModelConfig *c = &m->cfg;
@@ -376,16 +403,10 @@ static inline void model_forward(Model *m, const int *inputs, const int *targets
     model_mark(m, PH_EMBED);
     embedding_forward(m->res, m->tokens, model_w(m, PARAM_EMBED, 0), N, D, s);
     for (int l = 0; l < L; l++) {
-        bf16 *x = m->res + l * NA * D;
-        bf16 *xm = m->res_mid + l * NA * D;
-        bf16 *ln1 = m->ln1 + (m->recompute >= 2 ? 0 : l) * NA * D;
-        bf16 *ln2 = m->ln2 + (m->recompute >= 2 ? 0 : l) * NA * D;
-        float *rstd1 = m->rstd1 + l * NA, *rstd2 = m->rstd2 + l * NA;
-        bf16 *q = m->qkv + l * NA * (Q + 2 * KV), *k = q + (size_t)N * Q, *v = k + (size_t)N * KV;
-        bf16 *att = m->att + l * NA * Q;
-        float *lse = m->lse + l * m->lse_stride;
-        bf16 *gu = m->gu + l * G * NA * F;
-        bf16 *h = m->h + (m->recompute >= 1 ? 0 : l) * NA * F;
+        const LayerActs a = model_layer_acts(m, l, N);
+        bf16 *x = a.x, *xm = a.xm, *ln1 = a.ln1, *ln2 = a.ln2, *q = a.q, *k = a.k, *v = a.v, *att = a.att, *gu = a.gu,
+             *h = a.h;
+        float *rstd1 = a.rstd1, *rstd2 = a.rstd2, *lse = a.lse;
         model_mark(m, PH_ATT_QKV);
         if (l == 0) rmsnorm_forward(ln1, rstd1, x, model_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
         // q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T (one batched GEMM for MHA: the three weights of a layer
@@ -461,16 +482,10 @@ static inline void model_backward(Model *m, float l1_coef) {
     rmsnorm_backward_ex(m->dres, model_g(m, PARAM_FINAL_NORM, 0), m->norm_scratch, m->dln,
                         m->res + (size_t)L * NA * D, model_w(m, PARAM_FINAL_NORM, 0), m->rstdf, N, D, 0, gacc, s);
     for (int l = L - 1; l >= 0; l--) {
-        bf16 *x = m->res + l * NA * D;
-        bf16 *xm = m->res_mid + l * NA * D;
-        bf16 *ln1 = m->ln1 + (m->recompute >= 2 ? 0 : l) * NA * D;
-        bf16 *ln2 = m->ln2 + (m->recompute >= 2 ? 0 : l) * NA * D;
-        float *rstd1 = m->rstd1 + l * NA, *rstd2 = m->rstd2 + l * NA;
-        bf16 *q = m->qkv + l * NA * (Q + 2 * KV), *k = q + (size_t)N * Q, *v = k + (size_t)N * KV;
-        bf16 *att = m->att + l * NA * Q;
-        float *lse = m->lse + l * m->lse_stride;
-        bf16 *gu = m->gu + l * G * NA * F;
-        bf16 *h = m->h + (m->recompute >= 1 ? 0 : l) * NA * F;
+        const LayerActs a = model_layer_acts(m, l, N);
+        bf16 *x = a.x, *xm = a.xm, *ln1 = a.ln1, *ln2 = a.ln2, *q = a.q, *k = a.k, *v = a.v, *att = a.att, *gu = a.gu,
+             *h = a.h;
+        float *rstd1 = a.rstd1, *rstd2 = a.rstd2, *lse = a.lse;
         // ---- FFN: res_out = xm + h Wd^T
         model_mark(m, PH_B_FFN_DOWN);
         if (m->recompute >= 1) ffn_forward(h, gu, N, F, c->gated, NULL, NULL, NULL, s);

@@ -28,6 +28,7 @@ extern "C" {
 #include "global_norm.cuh"
 #include "matmul.cuh"
 #include "ref_model.h"
+#include "test_util.h"
 #include "rmsnorm.cuh"
 #include "rng.h"
 #include "rope.cuh"
@@ -73,19 +74,9 @@ static float *get_f32(const float *d, size_t n) {
     cudaCheck(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
     return h;
 }
-static double rel_err(const float *x, const double *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(x[i])) return INFINITY;
-        double d = x[i] - ref[i];
-        num += d * d;
-        den += ref[i] * ref[i];
-    }
-    return sqrt(num) / fmax(sqrt(den), 1e-30);
-}
 #define CHECK_REL(what, x, ref, n, tol)                                                                  \
     do {                                                                                                 \
-        double e_ = rel_err((x), (ref), (n));                                                            \
+        double e_ = rel_err_f32((x), (ref), (n));                                                            \
         printf("  %-34s rel err %.3e (tol %.0e)\n", (what), e_, (double)(tol));                          \
         if (!(e_ < (tol))) fail_msg("%s: relative error %.3e >= %.1e (seed %llu)", (what), e_, (double)(tol), \
                                     (unsigned long long)g_seed);                                         \

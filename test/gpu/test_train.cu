@@ -43,21 +43,12 @@ extern "C" {
 #include "dataloader/shard.h"
 #include "model.cuh"
 #include "ref_model.h"
+#include "test_util.h"
 #include "rng.h"
 
 static uint64_t g_seed;
 static Rng g_rng;
 
-static double rel_err_fd(const float *x, const double *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(x[i])) return INFINITY;
-        double d = x[i] - ref[i];
-        num += d * d;
-        den += ref[i] * ref[i];
-    }
-    return sqrt(num) / fmax(sqrt(den), 1e-30);
-}
 #define EXPECT_REL(what, e, tol)                                                                             \
     do {                                                                                                     \
         double e_ = (e);                                                                                     \
@@ -108,7 +99,7 @@ static int compare_forward_backward(const ModelConfig *c, int B, int T) {
     float *lg = (float *)sllm_malloc((size_t)N * V * 4);
     cudaCheck(cudaStreamSynchronize(m.stream));
     download_bf16(lg, m.logits, (size_t)N * V);
-    EXPECT_REL("logits", rel_err_fd(lg, ref_logits, (size_t)N * V), 2e-2);
+    EXPECT_REL("logits", rel_err_f32(lg, ref_logits, (size_t)N * V), 2e-2);
     // training forward + backward. The gradients are poisoned (NaN) first: model_zero_grad does not clear them,
     // the first backward must WRITE every element (beta = 0 GEMMs, = for norm gains, first dE chunk).
     cudaCheck(cudaMemset(m.grads, 0xff, m.grad_bytes));
@@ -139,9 +130,9 @@ static int compare_forward_backward(const ModelConfig *c, int B, int T) {
         if (t->numel == 0) continue;
         char name[64];
         snprintf(name, sizeof name, "grad %s", t->name);
-        EXPECT_REL(name, rel_err_fd(g + t->offset, ref_grads + t->offset, t->numel), 0.12);
+        EXPECT_REL(name, rel_err_f32(g + t->offset, ref_grads + t->offset, t->numel), 0.12);
     }
-    EXPECT_REL("grad (all parameters)", rel_err_fd(g, ref_grads, total), 0.08);
+    EXPECT_REL("grad (all parameters)", rel_err_f32(g, ref_grads, total), 0.08);
 
     // recompute = 2 gives the same gradients, bit for bit: the default path (tensor-core attention with its
     // deterministic dq pass) is deterministic.
@@ -167,16 +158,16 @@ static int compare_forward_backward(const ModelConfig *c, int B, int T) {
             float *ga = (float *)sllm_malloc(total * 4);
             model_get_grads(&m2, ga);
             for (size_t i = 0; i < total; i++) gd[i] = 2.0 * g0[i];
-            EXPECT_REL("grad accumulation (2 micro-steps)", rel_err_fd(ga, gd, total), 1e-5);
+            EXPECT_REL("grad accumulation (2 micro-steps)", rel_err_f32(ga, gd, total), 1e-5);
             free(ga);
         }
         model_free(&m2);
     }
     unsetenv("SLLM_ATTN");
     for (size_t i = 0; i < total; i++) gd[i] = g0[i];
-    EXPECT_REL("grad recompute=2 vs 0", rel_err_fd(g2, gd, total), 1e-6);
+    EXPECT_REL("grad recompute=2 vs 0", rel_err_f32(g2, gd, total), 1e-6);
     // fast vs simple attention: different bf16 roundings inside attention move some gates across 0 (see above)
-    EXPECT_REL("grad simple vs fast attention", rel_err_fd(g, gd, total), 0.08);
+    EXPECT_REL("grad simple vs fast attention", rel_err_f32(g, gd, total), 0.08);
     free(pf); free(tok); free(tgt); free(ref_logits); free(ref_grads); free(lnnz); free(lfired); free(ll1); free(lg);
     free(nnz); free(alive); free(g); free(g0); free(g2); free(gd);
     model_free(&m);
@@ -241,7 +232,7 @@ static void test_adamw_steps(void **state) {
         if (t->numel == 0) continue;
         char name[64];
         snprintf(name, sizeof name, "weights %s", t->name);
-        EXPECT_REL(name, rel_err_fd(pw + t->offset, rm.params + t->offset, t->numel), 1e-2);
+        EXPECT_REL(name, rel_err_f32(pw + t->offset, rm.params + t->offset, t->numel), 1e-2);
         size_t agree = 0;
         for (size_t i = t->offset; i < t->offset + t->numel; i++) {
             double dg = pw[i] - p0[i], dr = rm.params[i] - p0[i];

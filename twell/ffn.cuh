@@ -34,6 +34,7 @@
 #include "twell/dense_ffn.cuh"
 #include "twell/format.h"
 #include "twell/gate.cuh"
+#include "twell/gate_wgmma.cuh"
 #include "twell/updown.cuh"
 
 // Dispatch cost model (AUTO), in units of the dense FFN time on the same rows:
@@ -316,6 +317,9 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
                                        ws->ovf_flag, ws->ovf_list, ws->counters, stream, ws->pack_stream, ws->ev_gemm,
                                        ws->ev_pack);
         return TWELL_OK;
+    case TWELL_GATE_WGMMA:
+        return twell_gate_wgmma_launch(X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters,
+                                       stream);
     default:
         fprintf(stderr, "error: twell: unknown gate variant %d (expected 0..%d)\n", ws->gate_variant,
                 TWELL_GATE_NUM_VARIANTS - 1);

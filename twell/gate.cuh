@@ -11,6 +11,9 @@
 // stay in L2: 2048 x 5632 x 2 B = 23 MB), then twell_pack_kernel packs it. cuBLASLt rounds the fp32
 // accumulator to bf16 round-to-nearest, which is exactly the value the format stores.
 //
+// Variant TWELL_GATE_WGMMA (twell/gate_wgmma.cuh, not the default until measured): one persistent Hopper
+// kernel, TMA + wgmma GEMM whose epilogue writes the TwELL directly (no scratch, no chunks).
+//
 // Variant TWELL_GATE_CUBLAS_PACK_OVERLAP (default): the same GEMMs and pack kernel, but the pack of
 // chunk i runs on a side stream while the GEMM of chunk i+1 runs (two scratch buffers); the packs fill
 // the GEMM's tail wave and launch gaps. Same output bit for bit (the pack is per row and tile).
@@ -36,7 +39,8 @@ typedef struct {
 enum {
     TWELL_GATE_CUBLAS_PACK = 0,          // GEMM chunk, pack chunk, GEMM chunk, ... on the caller's stream
     TWELL_GATE_CUBLAS_PACK_OVERLAP = 1,  // pack of chunk i (side stream) overlaps the GEMM of chunk i+1 (default)
-    TWELL_GATE_NUM_VARIANTS = 2,
+    TWELL_GATE_WGMMA = 2,                // Hopper wgmma + TMA GEMM with the pack in its epilogue (twell/gate_wgmma.cuh)
+    TWELL_GATE_NUM_VARIANTS = 3,
 };
 #define TWELL_GATE_DEFAULT TWELL_GATE_CUBLAS_PACK_OVERLAP
 
@@ -44,6 +48,7 @@ static inline const char *twell_gate_variant_name(int v) {
     switch (v) {
     case TWELL_GATE_CUBLAS_PACK: return "cublas_pack";
     case TWELL_GATE_CUBLAS_PACK_OVERLAP: return "cublas_pack_overlap";
+    case TWELL_GATE_WGMMA: return "wgmma";
     default: return "?";
     }
 }

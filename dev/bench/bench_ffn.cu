@@ -2,17 +2,26 @@
 //
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
 //                   [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]
-//                   [--no-calibrate] [--variants] [--D 2048] [--F 5632]
+//                   [--no-calibrate] [--variants] [--no-wgmma] [--D 2048] [--F 5632]
 //
-// Columns (ms, medians of --reps timed calls after warm-up, CUDA events, inputs rotated over 3 X sets):
+// Timing method: the columns of one configuration are timed INTERLEAVED: each of --reps (default 15)
+// rounds runs every column once (round-robin, the starting column rotated each round), each call timed
+// alone with CUDA events (synchronized); the table shows medians. So slow drift of the GPU (clocks,
+// temperature) hits every column alike and the ratios (auto/min) are not skewed by run-to-run noise.
+// Columns (ms, medians, inputs rotated over 3 X sets):
 //   gate    one dense cuBLASLt GEMM [M,D] x [D,F] -> bf16 (the floor of any dense-gate design)
 //   dense   our dense gated FFN (twell/dense_ffn.cuh: 3 GEMMs + relu*mul)
 //   sparse  our TwELL FFN (gate->TwELL, fused up/down, dense fallback for overflow rows)
 //   s.gate / s.updown   the two parts of the sparse path timed alone
 //   auto    the dispatched path (TWELL_PATH_AUTO, history from the warm-up calls), with the model from
 //           twell_ffn_calibrate (run once per M on the uniform nnz-29 data, printed) unless --no-calibrate
-//   then sparse/gate, dense/sparse, auto/min(dense, sparse), measured mean nnz and overflow rows, the
-//   auto path, and st/min: what the STATIC default model (TWELL_DISPATCH_*) would pick / min.
+//   g.wgmma / sp.wgmma  the gate -> TwELL and the sparse FFN with the Hopper wgmma gate (TWELL_GATE_WGMMA,
+//           fused pack epilogue), side by side with s.gate / sparse (default gate); off with --no-wgmma
+//   then sparse/gate, dense/sparse, auto/min(dense, sparse), sp.wgmma/gate, measured mean nnz and overflow
+//   rows, the auto path, and st/min: what the STATIC default model (TWELL_DISPATCH_*) would pick / min.
+//   The wgmma FFN output is checked against the dense one like the default sparse path, and the number
+//   of TwELL rows where the two gates differ is printed (random inputs: fp32 sums in a different order can
+//   round a few values differently; 0 or a handful of rows is expected, thousands would be a bug).
 // --variants adds, per configuration, side by side (ms):
 //   gate:    s.gate for the gate variants x chunk rows 2048 4096 8192 16384
 //   gemm:    the chunked GEMM alone (chunk rows as above), and the pack kernel alone over all M rows
@@ -38,6 +47,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "cuda_common.cuh"
@@ -92,7 +102,7 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
 }
 
 typedef struct {
-    int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate;
+    int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma;
     std::vector<int> Ms;
     std::vector<double> nnzs;  // < 0 means 50%
     int pat_uniform, pat_heavy;
@@ -116,7 +126,7 @@ static float median(std::vector<float> v) {
 
 int main(int argc, char **argv) {
     Opts o;
-    o.quick = 0; o.reps = 10; o.variant = 0; o.variants = 0; o.D = 2048; o.F = 5632;
+    o.quick = 0; o.reps = 15; o.variant = 0; o.wgmma = 1; o.variants = 0; o.D = 2048; o.F = 5632;
     o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.interleave = 0; o.l2persist = 0; o.calibrate = 1;
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
@@ -139,6 +149,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--interleave")) { o.interleave = 1; }
         else if (!strcmp(a, "--l2persist")) { o.l2persist = 1; }
         else if (!strcmp(a, "--no-calibrate")) { o.calibrate = 0; }
+        else if (!strcmp(a, "--no-wgmma")) { o.wgmma = 0; }
         else if (!strcmp(a, "--D") && v) { o.D = atoi(v); i++; }
         else if (!strcmp(a, "--F") && v) { o.F = atoi(v); i++; }
         else { fprintf(stderr, "error: bench_ffn: unknown or incomplete option '%s' (see the header of dev/bench/bench_ffn.cu)\n", a); return 1; }
@@ -202,6 +213,27 @@ int main(int argc, char **argv) {
         if (twell_ffn_set_l2_persist(&ws, l2) != TWELL_OK && l2) printf("  (l2persist unavailable)\n");
     };
     set_opts(o.interleave, o.l2persist);
+    // Interleaved timing: medians of o.reps rounds, each round runs every fn once (rotated start).
+    auto timeit_rr = [&](std::vector<std::function<void(int)>> fns) {
+        const size_t n = fns.size();
+        for (int w = 0; w < 2; w++)
+            for (size_t k = 0; k < n; k++) fns[k](w % NSETS);
+        std::vector<std::vector<float>> t(n);
+        for (int r = 0; r < o.reps; r++)
+            for (size_t k0 = 0; k0 < n; k0++) {
+                const size_t k = (k0 + (size_t)r) % n;
+                cudaCheck(cudaEventRecord(e0, 0));
+                fns[k](r % NSETS);
+                cudaCheck(cudaEventRecord(e1, 0));
+                cudaCheck(cudaEventSynchronize(e1));
+                float ms;
+                cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+                t[k].push_back(ms);
+            }
+        std::vector<float> med(n);
+        for (size_t k = 0; k < n; k++) med[k] = median(t[k]);
+        return med;
+    };
     auto timeit = [&](auto fn) {
         for (int w = 0; w < 2; w++) fn(w % NSETS);
         std::vector<float> t;
@@ -218,7 +250,7 @@ int main(int argc, char **argv) {
     };
 
     int failures = 0;
-    struct Row { int M, heavy; double nnz, dense, sparse; };
+    struct Row { int M, heavy; double nnz, dense, sparse, sparse_wgmma; };
     std::vector<Row> rows;
     for (int M : o.Ms) {
         if (o.calibrate) {
@@ -230,9 +262,9 @@ int main(int argc, char **argv) {
                    twell_dispatch_crossover(&ws.model), static_model.s0, static_model.s1,
                    twell_dispatch_crossover(&static_model), e ? "  CALIBRATION FAILED" : "");
         }
-        printf("\n%-7s %-7s %-6s | %8s %8s %8s %8s %8s %8s | %8s %8s %8s | %7s %6s %-6s %s\n", "M", "pattern", "nnz",
-               "gate", "dense", "sparse", "s.gate", "s.updown", "auto", "sp/gate", "dn/sp", "auto/min", "meannz", "ovf",
-               "auto", "st/min");
+        printf("\n%-7s %-7s %-6s | %8s %8s %8s %8s %8s %8s | %8s %8s | %8s %8s %8s %8s | %7s %6s %-6s %s %s\n", "M",
+               "pattern", "nnz", "gate", "dense", "sparse", "s.gate", "s.updown", "auto", "g.wgmma", "sp.wgmma",
+               "sp/gate", "dn/sp", "auto/min", "spW/gate", "meannz", "ovf", "auto", "st/min", "twdiff");
         for (int heavy = 0; heavy <= 1; heavy++) {
             if ((heavy && !o.pat_heavy) || (!heavy && !o.pat_uniform)) continue;
             for (double nz : o.nnzs) {
@@ -256,38 +288,102 @@ int main(int argc, char **argv) {
                     failures++;
                 }
 
-                float t_gate = timeit([&](int s) { matmul(&mm, Gs, 0, X[s], 0, Wg, 1, M, F, D, 1.0f, 0.0f, 0); });
-                float t_dense = timeit([&](int s) {
-                    twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Yd, M, TWELL_PATH_DENSE, -1, NULL, 0); });
-                float t_sparse = timeit([&](int s) {
-                    twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0); });
-                float t_sgate = timeit([&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); });
-                twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);
-                float t_updown = timeit([&](int s) { twell_ffn_updown(&ws, X[0], Wu, WdT, Y, M, 0); });
+                // The wgmma gate: FFN correctness vs dense, and TwELL rows that differ from the default gate's.
+                TwellFFNResult rw = {0, -1, -1.0};
+                long long tw_diff_rows = -1;
+                if (o.wgmma) {
+                    const size_t twn = (size_t)M * (F / 8);
+                    std::vector<uint32_t> ta(twn), tb(twn);
+                    if (twell_gate_forward(&mm, &ws, X[0], Wg, M, 0)) return 1;
+                    cudaCheck(cudaMemcpy(ta.data(), ws.tw, twn * 4, cudaMemcpyDeviceToHost));
+                    ws.gate_variant = TWELL_GATE_WGMMA;
+                    if (twell_gate_forward(&mm, &ws, X[0], Wg, M, 0)) return 1;
+                    cudaCheck(cudaMemcpy(tb.data(), ws.tw, twn * 4, cudaMemcpyDeviceToHost));
+                    cudaCheck(cudaMemset(Y, 0xFF, sizeof(bf16) * (size_t)M * D));
+                    if (twell_ffn_forward(&mm, &ws, X[0], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, &rw, 0)) return 1;
+                    ws.gate_variant = o.gate_variant;
+                    tw_diff_rows = 0;
+                    for (int m = 0; m < M; m++)
+                        tw_diff_rows += memcmp(&ta[(size_t)m * (F / 8)], &tb[(size_t)m * (F / 8)], (F / 8) * 4) != 0;
+                    cudaCheck(cudaMemset(dsum, 0, 3 * sizeof(double)));
+                    bench_diff<<<512, 256>>>(Y, Yd, (long long)M * D, dsum);
+                    cudaCheck(cudaMemcpy(hs, dsum, sizeof hs, cudaMemcpyDeviceToHost));
+                    double relw = sqrt(hs[0] / (hs[1] > 0 ? hs[1] : 1));
+                    if (!(relw < 1e-2) || hs[2] != 0 || rw.n_overflow != rs.n_overflow) {
+                        printf("CORRECTNESS FAILURE (wgmma gate): M=%d %s nnz %g: sparse vs dense rel err %.3e, non-finite "
+                               "%g, overflow rows %d (default gate %d), TwELL rows differing %lld\n", M,
+                               heavy ? "heavy" : "uniform", target, relw, hs[2], rw.n_overflow, rs.n_overflow,
+                               tw_diff_rows);
+                        failures++;
+                    }
+                }
+                // Dispatch state of the auto column alone (the forced dense/sparse calls of the other columns
+                // must not feed its hysteresis): saved after each auto call, restored before the next.
+                double auto_nnz = ws.last_mean_nnz, auto_ovf = ws.last_ovf_frac;
+                int auto_last = ws.last_path;
                 TwellFFNResult ra = {0, -1, -1};
-                float t_auto = timeit([&](int s) {
-                    twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_AUTO, -1, &ra, 0); });
+                std::vector<std::function<void(int)>> fns = {
+                    [&](int s) { matmul(&mm, Gs, 0, X[s], 0, Wg, 1, M, F, D, 1.0f, 0.0f, 0); },
+                    [&](int s) { twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Yd, M, TWELL_PATH_DENSE, -1, NULL, 0); },
+                    [&](int s) { twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0); },
+                    [&](int s) {
+                        // Every earlier column is synchronized, so a pending dense count is complete: no wait
+                        // inside the timed region. All columns run the same data (nnz), so whichever dense
+                        // call left it measured this configuration's nnz.
+                        if (ws.dense_nnz_pending) {
+                            cudaCheck(cudaEventSynchronize(ws.dense_nnz_ready));
+                            if (auto_last == TWELL_PATH_DENSE)
+                                auto_nnz = (double)*ws.dense_nnz_host / (double)ws.dense_nnz_pending_M;
+                            ws.dense_nnz_pending = 0;
+                        }
+                        ws.last_mean_nnz = auto_nnz; ws.last_ovf_frac = auto_ovf; ws.last_path = auto_last;
+                        twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_AUTO, -1, &ra, 0);
+                        auto_nnz = ws.last_mean_nnz; auto_ovf = ws.last_ovf_frac; auto_last = ws.last_path;
+                    },
+                    [&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); },
+                    [&](int s) { twell_ffn_updown(&ws, X[s], Wu, WdT, Y, M, 0); },
+                };
+                if (o.wgmma) {
+                    fns.push_back([&](int s) {
+                        ws.gate_variant = TWELL_GATE_WGMMA;
+                        twell_gate_forward(&mm, &ws, X[s], Wg, M, 0);
+                        ws.gate_variant = o.gate_variant;
+                    });
+                    fns.push_back([&](int s) {
+                        ws.gate_variant = TWELL_GATE_WGMMA;
+                        twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0);
+                        ws.gate_variant = o.gate_variant;
+                    });
+                }
+                twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);  // a TwELL for the first up/down call
+                const std::vector<float> tm = timeit_rr(fns);
+                const float t_gate = tm[0], t_dense = tm[1], t_sparse = tm[2], t_auto = tm[3], t_sgate = tm[4],
+                            t_updown = tm[5];
+                const float t_gw = o.wgmma ? tm[6] : NAN, t_spw = o.wgmma ? tm[7] : NAN;
                 const TwellPath st = twell_dispatch_decide(&static_model, rs.mean_nnz, (double)rs.n_overflow / M, 0);
                 const float tmin = std::min(t_dense, t_sparse);
                 char nzs[16];
                 if (nz < 0) snprintf(nzs, sizeof nzs, "%g%%", -nz * 100); else snprintf(nzs, sizeof nzs, "%g", nz);
-                printf("%-7d %-7s %-6s | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.2f %8.2f %8.3f | %7.1f %6d %-6s %.3f\n",
-                       M, heavy ? "heavy" : "uniform", nzs, t_gate, t_dense, t_sparse, t_sgate, t_updown, t_auto,
-                       t_sparse / t_gate, t_dense / t_sparse, t_auto / tmin, rs.mean_nnz, rs.n_overflow,
-                       ra.path == TWELL_PATH_SPARSE ? "sparse" : "dense",
-                       (st == TWELL_PATH_SPARSE ? t_sparse : t_dense) / tmin);
+                printf("%-7d %-7s %-6s | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f | %8.2f %8.2f %8.3f %8.2f | "
+                       "%7.1f %6d %-6s %.3f %lld\n",
+                       M, heavy ? "heavy" : "uniform", nzs, t_gate, t_dense, t_sparse, t_sgate, t_updown, t_auto, t_gw,
+                       t_spw, t_sparse / t_gate, t_dense / t_sparse, t_auto / tmin, t_spw / t_gate, rs.mean_nnz,
+                       rs.n_overflow, ra.path == TWELL_PATH_SPARSE ? "sparse" : "dense",
+                       (st == TWELL_PATH_SPARSE ? t_sparse : t_dense) / tmin, tw_diff_rows);
                 fflush(stdout);
-                rows.push_back({M, heavy, rs.mean_nnz, t_dense, t_sparse});
+                rows.push_back({M, heavy, rs.mean_nnz, t_dense, t_sparse, t_spw});
                 if (o.variants) {
                     const int keep_gv = ws.gate_variant, keep_chunk = ws.gate_chunk_rows;
                     printf("    gate   ");
                     for (int gv = 0; gv < TWELL_GATE_NUM_VARIANTS; gv++)
                         for (int c : chunks_sweep) {
                             if (c > M) continue;
+                            if (gv == TWELL_GATE_WGMMA && (c != chunks_sweep[0] || !o.wgmma)) continue;  // no chunks
                             ws.gate_variant = gv;
                             twell_ffn_set_gate_chunk(&ws, c);
                             float tg = timeit([&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); });
-                            printf(" %s/%d %.3f", gv == TWELL_GATE_CUBLAS_PACK ? "serial" : "overlap", c, tg);
+                            if (gv == TWELL_GATE_WGMMA) printf(" wgmma %.3f", tg);
+                            else printf(" %s/%d %.3f", gv == TWELL_GATE_CUBLAS_PACK ? "serial" : "overlap", c, tg);
                         }
                     ws.gate_variant = keep_gv;
                     twell_ffn_set_gate_chunk(&ws, keep_chunk);
@@ -363,6 +459,18 @@ int main(int argc, char **argv) {
             double s1 = (n * sxy - sx * sy) / (n * sxx - sx * sx), s0 = (sy - s1 * sx) / n;
             printf("fitted model M=%d (uniform, nnz <= 160): TWELL_DISPATCH_S0 %.4f  TWELL_DISPATCH_S1 %.6f -> "
                    "crossover %.1f\n", M, s0, s1, s1 > 0 ? (1 - s0) / s1 : 1e30);
+        }
+        if (!o.wgmma) continue;
+        n = sx = sy = sxx = sxy = 0;
+        for (const Row &r : rows)
+            if (r.M == M && !r.heavy && r.nnz <= 160) {
+                double y = r.sparse_wgmma / r.dense;
+                n++; sx += r.nnz; sy += y; sxx += r.nnz * r.nnz; sxy += r.nnz * y;
+            }
+        if (n >= 2 && n * sxx - sx * sx > 0) {
+            double s1 = (n * sxy - sx * sy) / (n * sxx - sx * sx), s0 = (sy - s1 * sx) / n;
+            printf("fitted model M=%d with the wgmma gate (if it became the default): S0 %.4f S1 %.6f -> crossover "
+                   "%.1f\n", M, s0, s1, s1 > 0 ? (1 - s0) / s1 : 1e30);
         }
     }
     twell_ffn_workspace_free(&ws);

@@ -23,6 +23,7 @@ extern "C" {
 }
 #include <math.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -177,6 +178,32 @@ static void problem_free(Problem *P) {
     cudaCheck(cudaFree(P->dWu)); cudaCheck(cudaFree(P->dWdT));
 }
 
+// Hang guard: waits for `stream` by polling cudaStreamQuery; after timeout_s seconds prints a clear error
+// and exits the process (a hung kernel, e.g. an mbarrier bug in the wgmma gate, must not hang the test).
+// A failed kernel (the wgmma gate traps when one of its mbarrier waits exceeds TWELL_WGMMA_TIMEOUT_NS) is
+// reported the same way. _exit: no atexit handler may touch the broken context.
+static void wait_or_die(cudaStream_t stream, double timeout_s, const char *what) {
+    const double t0 = sllm_time_s();
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(stream);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) {
+            fflush(stdout);
+            fprintf(stderr, "error: test_twell: %s failed on the device: %s (%s). For the wgmma gate a trap means an "
+                    "mbarrier wait timed out (pipeline/descriptor bug) -- see twell/gate_wgmma.cuh\n", what,
+                    cudaGetErrorString(e), cudaGetErrorName(e));
+            _exit(3);
+        }
+        if (sllm_time_s() - t0 > timeout_s) {
+            fflush(stdout);
+            fprintf(stderr, "error: test_twell: %s did not finish within %.0f s: HANG (for the wgmma gate: an "
+                    "mbarrier / TMA transaction-count bug). Exiting.\n", what, timeout_s);
+            _exit(4);
+        }
+        usleep(1000);
+    }
+}
+
 // Gate -> TwELL on the GPU equals the CPU packer bit for bit; overflow list and nnz equal.
 static void check_gate(Problem *P, TwellFFNWorkspace *ws) {
     TwellShape s;
@@ -187,6 +214,10 @@ static void check_gate(Problem *P, TwellFFNWorkspace *ws) {
     int n_want = twell_pack_cpu(&s, P->pre.data(), (size_t)P->F, want.data(), want_ovf.data(), &want_nnz);
     cudaCheck(cudaMemset(ws->tw, 0xAB, sizeof(uint32_t) * got.size()));  // poison
     assert_int_equal(twell_gate_forward(&g_mm, ws, P->dX, P->dW1, P->M, 0), TWELL_OK);
+    char what[96];
+    snprintf(what, sizeof what, "gate variant %s (M=%d D=%d F=%d C=%d)", twell_gate_variant_name(ws->gate_variant),
+             P->M, P->D, P->F, P->C);
+    wait_or_die(0, 10.0, what);
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaMemcpy(got.data(), ws->tw, sizeof(uint32_t) * got.size(), cudaMemcpyDeviceToHost));
     TwellCounters cnt;
@@ -203,7 +234,7 @@ static void check_gate(Problem *P, TwellFFNWorkspace *ws) {
     cudaCheck(cudaMemcpy(gl.data(), ws->ovf_list, sizeof(int) * gl.size(), cudaMemcpyDeviceToHost));
     std::sort(gl.begin(), gl.end());
     for (int i = 0; i < n_want; i++) assert_int_equal(gl[i], want_ovf[i]);
-    printf("    gate M=%d D=%d F=%d C=%d: TwELL bit-exact, %d overflow rows, mean nnz %.1f\n", P->M, P->D, P->F, P->C,
+    printf("    gate %s M=%d D=%d F=%d C=%d: TwELL bit-exact, %d overflow rows, mean nnz %.1f\n", twell_gate_variant_name(ws->gate_variant), P->M, P->D, P->F, P->C,
            n_want, (double)want_nnz / (P->M ? P->M : 1));
 }
 
@@ -215,6 +246,7 @@ static TwellFFNResult check_ffn(Problem *P, TwellFFNWorkspace *ws, TwellPath pat
     int e = twell_ffn_forward(&g_mm, ws, P->dX, P->gated ? P->dW1 : NULL, P->gated ? P->dWu : P->dW1, P->dWdT, P->dY,
                               P->M, path, hint, &res, 0);
     assert_int_equal(e, TWELL_OK);
+    wait_or_die(0, 20.0, what);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<float> y(n);
     download_bf16(y.data(), P->dY, n);
@@ -333,6 +365,45 @@ static void run_shapes(int gated) {
     }
 }
 
+// The Hopper wgmma gate (TWELL_GATE_WGMMA, fused TwELL epilogue) bit for bit vs the CPU packer on the exact
+// integer inputs, on M not a multiple of 128 (1, 77, 129, 1000), D 64..2048, F 256..5632, C 8/4/2, then the
+// whole FFN through it. Runs first: a hang or a descriptor bug shows here, with the shape named.
+typedef struct { int M, D, F, C; } WShape;
+static const WShape kWgmmaShapes[] = {
+    {1, 64, 256, 8},     {77, 128, 1024, 8},   {128, 2048, 256, 8},  {129, 64, 5632, 8},  {1000, 128, 1024, 4},
+    {4096, 64, 1024, 8}, {129, 2048, 5632, 8}, {1000, 2048, 256, 2}, {4096, 128, 1024, 8}, {300, 256, 768, 8},
+};
+static void test_gate_wgmma(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    for (size_t i = 0; i < sizeof kWgmmaShapes / sizeof kWgmmaShapes[0]; i++) {
+        const WShape sh = kWgmmaShapes[i];
+        Problem P;
+        problem_make(&P, sh.M, sh.D, sh.F, sh.C, 1, ROW_MIX, 0, g_seed + 5000 + 17 * i);
+        TwellFFNWorkspace ws;
+        assert_int_equal(twell_ffn_workspace_create(&ws, sh.M, sh.D, sh.F, sh.C, 1), TWELL_OK);
+        ws.gate_variant = TWELL_GATE_WGMMA;
+        check_gate(&P, &ws);
+        check_gate(&P, &ws);  // again: persistent-kernel state must not leak between calls
+        TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/gate_wgmma");
+        assert_int_equal(r.n_overflow, count_ovf_rows(&P));
+        twell_ffn_workspace_free(&ws);
+        problem_free(&P);
+    }
+    // Uniform rows at the paper's width (few positives per tile: the common case of the epilogue).
+    const double nnzs[] = {8, 29, 128};
+    for (size_t i = 0; i < 3; i++) {
+        Problem P;
+        problem_make(&P, 333, 128, 5632, 8, 1, ROW_UNIFORM, nnzs[i], g_seed + 6000 + i);
+        TwellFFNWorkspace ws;
+        assert_int_equal(twell_ffn_workspace_create(&ws, 333, 128, 5632, 8, 1), TWELL_OK);
+        ws.gate_variant = TWELL_GATE_WGMMA;
+        check_gate(&P, &ws);
+        twell_ffn_workspace_free(&ws);
+        problem_free(&P);
+    }
+}
+
 static void test_gated_mixed_rows(void **state) {
     (void)state;
     if (!g_have_gpu) skip();
@@ -382,12 +453,18 @@ static void test_all_full_and_all_zero(void **state) {
     assert_int_equal(twell_ffn_workspace_create(&ws, M, D, F, 8, 1), TWELL_OK);
     Problem P;
     problem_make(&P, M, D, F, 8, 1, ROW_ALL_FULL, 0, g_seed + 5);
+    ws.gate_variant = TWELL_GATE_WGMMA;
+    check_gate(&P, &ws);  // every row overflows: the flag/list atomics of the fused epilogue
+    ws.gate_variant = TWELL_GATE_DEFAULT;
     check_gate(&P, &ws);
     TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "all full");
     assert_int_equal(r.n_overflow, M);
     assert_true(r.mean_nnz == F);
     problem_free(&P);
     problem_make(&P, M, D, F, 8, 1, ROW_ALL_ZERO, 0, g_seed + 6);
+    ws.gate_variant = TWELL_GATE_WGMMA;
+    check_gate(&P, &ws);
+    ws.gate_variant = TWELL_GATE_DEFAULT;
     check_gate(&P, &ws);
     r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "all zero");
     assert_int_equal(r.n_overflow, 0);
@@ -488,6 +565,17 @@ static void test_shape_errors(void **state) {
     assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
                      TWELL_ERR_ARG);
     ws.gate_variant = TWELL_GATE_DEFAULT;
+    // The wgmma gate names its constraints (D % 64, F % 256, M >= 1, C, 16-byte alignment).
+    assert_int_equal(twell_gate_wgmma_launch(buf, buf, 8, 96, 512, 8, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters, 0),
+                     TWELL_ERR_SHAPE);
+    assert_int_equal(twell_gate_wgmma_launch(buf, buf, 8, 128, 384, 8, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters, 0),
+                     TWELL_ERR_SHAPE);
+    assert_int_equal(twell_gate_wgmma_launch(buf, buf, 0, 128, 512, 8, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters, 0),
+                     TWELL_ERR_SHAPE);
+    assert_int_equal(twell_gate_wgmma_launch(buf, buf, 8, 128, 512, 3, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters, 0),
+                     TWELL_ERR_SHAPE);
+    assert_int_equal(twell_gate_wgmma_launch(buf + 1, buf, 8, 128, 512, 8, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters,
+                                             0), TWELL_ERR_ARG);
     assert_int_equal(twell_ffn_set_gate_chunk(&ws, 0), TWELL_ERR_ARG);
     assert_int_equal(twell_ffn_set_interleaved(&ws, buf + 1), TWELL_ERR_ARG);
     assert_int_equal(twell_interleave_weights(buf, buf, 512, 100, buf, 0), TWELL_ERR_ARG);
@@ -548,7 +636,8 @@ int main(int argc, char **argv) {
     g_have_gpu = cuda_device_available();
     if (g_have_gpu) matmul_context_init(&g_mm);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shape_errors),        cmocka_unit_test(test_all_full_and_all_zero),
+        cmocka_unit_test(test_shape_errors),        cmocka_unit_test(test_gate_wgmma),
+        cmocka_unit_test(test_all_full_and_all_zero),
         cmocka_unit_test(test_gated_mixed_rows),    cmocka_unit_test(test_nongated_mixed_rows),
         cmocka_unit_test(test_uniform_nnz),         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_dispatch_model),      cmocka_unit_test(test_calibrate),

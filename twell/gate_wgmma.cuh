@@ -1,0 +1,457 @@
+// twell/gate_wgmma.cuh: Hopper (sm_90a) gate kernel with the TwELL pack fused into its epilogue:
+//   tw = TwELL(relu(X Wg^T)), no dense gate matrix in memory (variant TWELL_GATE_WGMMA of twell/gate.cuh).
+//
+//   X  [M, D] bf16 row-major, Wg [F, D] bf16 row-major (nn.Linear weight: K-major, like X), out tw uint32
+//   [M, F/C] (twell/format.h), ovf_flag [M] (zero on entry), ovf_list [M], counters (zero on entry): the
+//   same contract as twell_pack_kernel in twell/gate.cuh, and the same bits (test: bit for bit vs the CPU
+//   packer). Shapes: D % 64 == 0, F % 256 == 0, M >= 1 (any M: TMA zero-fills rows >= M, never written).
+//
+// Structure (the paper's matmul_d2t, twell_spec.md section 2, without the cluster/multicast):
+//   persistent grid, one CTA per SM (grid = min(#SMs, #tiles)); tile = 128 tokens x 256 units = exactly one
+//   TwELL tile of each of 128 rows; tile t of the static round-robin: CTA b takes t = b, b + grid, ...;
+//   t -> (m = t / (F/256), n = t % (F/256)): the grid's concurrent tiles share a few X row blocks and
+//   sweep all of Wg, which stays in L2 (23 MB at F 5632, D 2048).
+//   384 threads = 3 warpgroups. WG 0 = producer: setmaxnreg.dec to 40, thread 0 issues the TMA loads.
+//   WG 1, 2 = consumers: setmaxnreg.inc to 232; consumer c computes rows 64c..64c+63 of the tile with
+//   wgmma m64n256k16 (4 per 64-wide k step), 128 fp32 accumulators per thread, then packs them.
+//   Shared memory ring of TWG_STAGES stages, one stage = A tile 128x64 bf16 (16 KB) + B tile 256x64 (32 KB),
+//   each written by one TMA (cp.async.bulk.tensor.2d) with 128-byte swizzle; full[s] (count 1 + tx bytes)
+//   and empty[s] (count 2: one arrive per consumer WG) mbarriers.
+//
+// Epilogue (per consumer thread; wgmma m64nNk16 fp32 accumulator fragment, PTX ISA "wgmma 64xNx16 D"):
+//   warp w (0..3 in the WG), lane l, q = l % 4: d[4j + 2h + e] is row 16w + l/4 + 8h, column 8j + 2q + e
+//   (j = 0..31, h, e in {0, 1}). So a row's 256 columns live in the 4 lanes of a quad, 64 each.
+//   Per row: round to bf16 (RNE, cvt.rn.bf16x2.f32 = __float2bfloat16_rn), active iff the ROUNDED value is
+//   > 0 (bits in [0x0001, 0x7f80]: +denormals..+inf, no -0 / NaN) -> a 64-bit mask per lane (bit 2j + e);
+//   the 4 masks of the quad are exchanged with shuffles; the slot of an active value at (j, q, e) is the
+//   number of active values in columns before it = sum over lanes q' of popc(mask_q' & low(2j + 2 [q' < q]))
+//   + e * bit(mask_q, 2j): column order, no atomics (deterministic). Count word, slots < S and the zero
+//   padding are stored straight to global memory (lanes of a quad split the padding words); lane q = 0
+//   flags overflow rows (count > S) exactly like twell_pack_kernel (atomicExch flag -> list) and adds the
+//   count to the thread's nnz (one atomicAdd per warp at the end).
+//
+// Hang guard: every mbarrier wait polls %globaltimer and traps (the launch fails with an error, no
+// silent hang) after TWELL_WGMMA_TIMEOUT_NS. Tests also poll the stream with a host timeout.
+#ifndef SLLM_TWELL_GATE_WGMMA_CUH
+#define SLLM_TWELL_GATE_WGMMA_CUH
+
+#include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's types (the function comes from the runtime's entry point)
+
+#include "cuda_common.cuh"
+#include "twell/format.h"
+#include "twell/gate.cuh"  // TwellCounters, the variant enum
+
+#ifndef TWELL_WGMMA_TIMEOUT_NS
+#define TWELL_WGMMA_TIMEOUT_NS 4000000000ull  // 4 s: no legal wait in this kernel comes close
+#endif
+
+#define TWG_BM 128                               // tokens per tile (2 consumer WGs x 64 rows)
+#define TWG_BN 256                               // units per tile = TWELL_TILE
+#define TWG_BK 64                                // k per stage: 64 bf16 = 128 B = one 128B-swizzle row
+#define TWG_STAGES 4                             // ring depth
+#define TWG_THREADS 384                          // 3 warpgroups
+#define TWG_A_BYTES (TWG_BM * TWG_BK * 2)        // 16384
+#define TWG_B_BYTES (TWG_BN * TWG_BK * 2)        // 32768
+#define TWG_STAGE_BYTES (TWG_A_BYTES + TWG_B_BYTES)  // 49152, a multiple of 1024 (swizzle atom alignment)
+// dynamic smem: stages + barriers (2 x STAGES x 8 B) + 1024 B of slack to align the base to 1024
+#define TWG_SMEM_BYTES (TWG_STAGES * TWG_STAGE_BYTES + 2 * TWG_STAGES * 8 + 1024)
+
+static_assert(TWELL_TILE == TWG_BN, "the wgmma gate tile width must equal the TwELL tile");
+static_assert(TWG_STAGE_BYTES % 1024 == 0, "stages must keep 1024-byte alignment (128B swizzle atom)");
+
+// ---------------------------------------------------------------------------------------------------
+// Small PTX helpers (each one instruction; addresses are 32-bit shared-window addresses).
+// ---------------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t twg_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void twg_mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the barrier inits visible to the other threads and to the async (TMA) proxy.
+__device__ __forceinline__ void twg_fence_barrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Producer: arrive (count 1) and add tx_bytes to the transaction count the phase waits for.
+__device__ __forceinline__ void twg_mbar_arrive_expect_tx(uint32_t bar, uint32_t tx_bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(tx_bytes) : "memory");
+}
+__device__ __forceinline__ void twg_mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// 1 when the phase with parity `parity` has completed. A fresh barrier is in phase 0 (incomplete), and
+// waiting for parity 1 returns at once (the "previous" phase counts as complete): the producer's first
+// pass over the empty barriers waits for parity 1.
+__device__ __forceinline__ uint32_t twg_mbar_try_wait(uint32_t bar, uint32_t parity) {
+    uint32_t ok;
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return ok;
+}
+__device__ __forceinline__ uint64_t twg_globaltimer() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// Wait with a watchdog: traps after TWELL_WGMMA_TIMEOUT_NS (a pipeline bug must fail, never hang). No
+// printf here: a function call between wgmmas makes ptxas serialize them (warning C7510) and a call in
+// the producer branch defeats setmaxnreg; the trap fails the launch (cudaErrorLaunchFailure or similar)
+// and the host reports it.
+__device__ __forceinline__ void twg_mbar_wait(uint32_t bar, uint32_t parity) {
+    if (twg_mbar_try_wait(bar, parity)) return;
+    const uint64_t t0 = twg_globaltimer();
+    uint32_t n = 0;
+    while (!twg_mbar_try_wait(bar, parity)) {
+        if ((++n & 255u) == 0 && twg_globaltimer() - t0 > TWELL_WGMMA_TIMEOUT_NS) asm volatile("trap;");
+    }
+}
+
+// TMA: 2-D tile (box from the tensor map) at coordinates (c0 = inner/k element, c1 = row) into smem dst,
+// completing `box bytes` of transactions on mbarrier bar. Rows past the tensor's extent are zero-filled
+// (and still counted in the transaction bytes).
+__device__ __forceinline__ void twg_tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+        ::"r"(dst), "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+        : "memory");
+}
+
+// wgmma shared-memory matrix descriptor (PTX ISA "matrix descriptor format", sm_90):
+//   bits  0..13  start address >> 4 (smem byte address, 16-byte units)
+//   bits 16..29  leading-dimension byte offset >> 4: unused for K-major swizzled layouts; 16 B -> 1 by convention
+//   bits 32..45  stride-dimension byte offset >> 4: distance between consecutive 8-row core-matrix groups =
+//                8 rows x 128 B (one 128B-swizzle atom) = 1024 B -> 64
+//   bits 49..51  base offset: 0 (every operand tile starts 1024-byte aligned, so the swizzle phase is 0)
+//   bits 62..63  layout: 1 = 128-byte swizzle
+// The tile is K-major, 128 B (64 bf16) per row, rows at 128 B, 16-byte chunks XOR-swizzled by (row % 8):
+// exactly what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B for a 64-element inner box. The k16 step kk
+// inside the 64-wide row starts 32 B further (16 bf16): start address + 32 kk (the hardware applies the
+// swizzle to the computed address bits, so an unaligned-to-128 start inside the atom is legal).
+__device__ __forceinline__ uint64_t twg_desc_sw128(uint32_t smem_byte_addr) {
+    uint64_t d = 0;
+    d |= (uint64_t)((smem_byte_addr & 0x3FFFFu) >> 4);
+    d |= (uint64_t)(16u >> 4) << 16;
+    d |= (uint64_t)(1024u >> 4) << 32;
+    d |= (uint64_t)1 << 62;
+    return d;
+}
+
+__device__ __forceinline__ void twg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void twg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void twg_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads/writes across the async wgmma (CUTLASS's
+// warpgroup_fence_operand).
+__device__ __forceinline__ void twg_fence_acc(float (&d)[128]) {
+#pragma unroll
+    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// One wgmma.mma_async m64n256k16 (bf16 x bf16 -> fp32), A and B K-major from shared memory through the
+// descriptors da, db. scale_d = 0: D = A*B (first k step of a tile), 1: D += A*B. The 128 accumulator
+// registers are "+f" operands %0..%127; da %128, db %129, scale_d %130. Generated (128 operands).
+__device__ __forceinline__ void twg_wgmma_m64n256k16(float (&d)[128], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(scale_d)
+        : "memory");
+}
+
+// Two fp32 -> bf16 (round to nearest even, like __float2bfloat16_rn and twell_f32_to_bf16), packed:
+// bits 0..15 = bf16(lo), bits 16..31 = bf16(hi).
+__device__ __forceinline__ uint32_t twg_bf16x2_bits(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    uint32_t r;
+    memcpy(&r, &v, 4);
+    return r;
+}
+// 1 iff the bf16 pattern is > 0 as a float: 0x0001 (smallest +denormal) .. 0x7f80 (+inf); 0 for +-0,
+// negatives (sign bit) and NaN (0x7f81..0x7fff). Unsigned wrap makes 0 fail too.
+__device__ __forceinline__ uint32_t twg_bf16_pos(uint32_t b16) { return (b16 - 1u) < 0x7F80u ? 1u : 0u; }
+// Mask of the n lowest bits, n in 0..64 (compile-time in the unrolled epilogue).
+__device__ __forceinline__ uint64_t twg_low64(int n) { return n >= 64 ? ~0ull : ((1ull << n) - 1ull); }
+
+// Packs row `row` (= rows 16w + l/4 + 8H of the consumer's 64) of the current tile: this thread holds
+// columns 8j + 2q + e, j = 0..31, e = 0..1 as bf16 bits in p[2j + H] (e = 0: bits 0..15, e = 1: bits 16..31;
+// p[2j + H] = bf16x2(d[4j + 2H], d[4j + 2H + 1])). tile_out = the row's TwELL tile (W words).
+// All 32 lanes of the warp must call it (quad shuffles), rows >= M included (they write nothing).
+template <int H>
+__device__ __forceinline__ void twg_pack_row(const uint32_t (&p)[64], int row, int M, int q, int lane,
+                                             uint32_t *__restrict__ tile_out, int W, int S, int *__restrict__ ovf_flag,
+                                             int *__restrict__ ovf_list, TwellCounters *__restrict__ counters,
+                                             unsigned long long &nnz) {
+    uint64_t mine = 0;  // bit 2j + e: column 8j + 2q + e is active
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        const uint32_t b = p[2 * j + H];
+        const uint64_t f = (uint64_t)(twg_bf16_pos(b & 0xFFFFu) | (twg_bf16_pos(b >> 16) << 1));
+        mine |= f << (2 * j);
+    }
+    uint64_t m[4];  // the masks of the 4 lanes of this quad (lane q' holds columns 8j + 2q' + e)
+    const int qbase = lane & ~3;
+#pragma unroll
+    for (int k = 0; k < 4; k++) m[k] = __shfl_sync(0xffffffffu, mine, qbase + k);
+    int total = 0;  // the row's true count in this tile
+#pragma unroll
+    for (int k = 0; k < 4; k++) total += __popcll(m[k]);
+    if (row >= M) return;
+    if (mine) {
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                if ((mine >> (2 * j + e)) & 1ull) {
+                    // Active columns before 8j + 2q + e: every column 8j' + 2q' + e' with j' < j, plus those with
+                    // j' = j and q' < q, plus (e = 1) the column 8j + 2q when active.
+                    int slot = e ? (int)((mine >> (2 * j)) & 1ull) : 0;
+#pragma unroll
+                    for (int k = 0; k < 4; k++)
+                        slot += __popcll(m[k] & (k < q ? twg_low64(2 * j + 2) : twg_low64(2 * j)));
+                    if (slot < S) {
+                        const uint32_t b = p[2 * j + H];
+                        const uint32_t hi16 = e ? (b & 0xFFFF0000u) : (b << 16);
+                        tile_out[1 + slot] = hi16 | (uint32_t)(8 * j + 2 * q + e);
+                    }
+                }
+            }
+        }
+    }
+    const int used = total < S ? total : S;
+    for (int w = 1 + used + q; w < W; w += 4) tile_out[w] = 0u;  // zero padding, split over the quad
+    if (q == 0) {
+        tile_out[0] = (uint32_t)total;
+        nnz += (unsigned long long)total;
+        if (total > S && atomicExch(&ovf_flag[row], 1) == 0) {
+            const int pos = atomicAdd(&counters->n_ovf, 1);
+            ovf_list[pos] = row;
+        }
+    }
+}
+
+// The kernel. tmX: X [M, D] box 64 x 128 (k x rows); tmW: Wg [F, D] box 64 x 256. words = 256 / C.
+__global__ void __launch_bounds__(TWG_THREADS, 1)
+twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW, int M, int D,
+                        int F, int words, uint32_t *__restrict__ tw, int *__restrict__ ovf_flag,
+                        int *__restrict__ ovf_list, TwellCounters *__restrict__ counters) {
+    extern __shared__ uint8_t twg_smem_raw[];
+    // Stage s: A tile at base + s * STAGE_BYTES (128 rows x 128 B), B tile right after it (256 rows x 128 B).
+    // base is rounded up to 1024 B (the 128B-swizzle atom: TMA and wgmma both swizzle on address bits 4..9).
+    const uint32_t base = (twg_smem_addr(twg_smem_raw) + 1023u) & ~1023u;
+    const uint32_t bar_full = base + TWG_STAGES * TWG_STAGE_BYTES;  // full[s] at bar_full + 8 s
+    const uint32_t bar_empty = bar_full + 8 * TWG_STAGES;            // empty[s] at bar_empty + 8 s
+    const int num_n = F / TWG_BN, num_m = (M + TWG_BM - 1) / TWG_BM;
+    const int tiles = num_m * num_n, KT = D / TWG_BK;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < TWG_STAGES; s++) {
+            twg_mbar_init(bar_full + 8 * s, 1);   // the producer's arrive.expect_tx (+ the TMA bytes)
+            twg_mbar_init(bar_empty + 8 * s, 2);  // one arrive per consumer warpgroup
+        }
+        twg_fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // Producer warpgroup: give registers to the consumers (40 x 128 + 232 x 256 = 64512 <= 65536 and
+        // = the 168 x 384 the launch bound gives the CTA, so the consumers' increase always succeeds).
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            uint32_t it = 0;  // k iterations issued so far over all tiles: stage it % STAGES, round it / STAGES
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const int m0 = (t / num_n) * TWG_BM, n0 = (t % num_n) * TWG_BN;
+                for (int kt = 0; kt < KT; kt++, it++) {
+                    const uint32_t s = it % TWG_STAGES, ph = (it / TWG_STAGES) & 1u;
+                    twg_mbar_wait(bar_empty + 8 * s, ph ^ 1u);  // round 0 passes at once (parity 1)
+                    twg_mbar_arrive_expect_tx(bar_full + 8 * s, TWG_STAGE_BYTES);
+                    const uint32_t sa = base + s * TWG_STAGE_BYTES;
+                    twg_tma_load_2d(sa, &tmX, bar_full + 8 * s, kt * TWG_BK, m0);
+                    twg_tma_load_2d(sa + TWG_A_BYTES, &tmW, bar_full + 8 * s, kt * TWG_BK, n0);
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of the tile
+        const int tid = threadIdx.x - 128 * wg, warp = tid >> 5, lane = tid & 31, q = lane & 3;
+        const int S = words - 1, row_words = (F / TWELL_TILE) * words;
+        float d[128];
+#pragma unroll
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        unsigned long long nnz = 0;
+        uint32_t it = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const int m0 = (t / num_n) * TWG_BM, tn = t % num_n;
+            for (int kt = 0; kt < KT; kt++, it++) {
+                const uint32_t s = it % TWG_STAGES, ph = (it / TWG_STAGES) & 1u;
+                twg_mbar_wait(bar_full + 8 * s, ph);
+                const uint32_t sa = base + s * TWG_STAGE_BYTES + (uint32_t)c * (64 * 128);  // 64 rows x 128 B
+                const uint32_t sb = base + s * TWG_STAGE_BYTES + TWG_A_BYTES;
+                twg_fence_acc(d);
+                twg_wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < TWG_BK / 16; kk++)  // k16 step kk: +16 bf16 = +32 B inside the row
+                    twg_wgmma_m64n256k16(d, twg_desc_sw128(sa + 32 * kk), twg_desc_sw128(sb + 32 * kk),
+                                         (kt > 0 || kk > 0) ? 1 : 0);
+                twg_wgmma_commit();
+                twg_fence_acc(d);
+                if (kt > 0) {  // the previous k step's group is done: release its stage
+                    twg_wgmma_wait<1>();
+                    twg_fence_acc(d);
+                    if (tid == 0) twg_mbar_arrive(bar_empty + 8 * ((it - 1) % TWG_STAGES));
+                }
+            }
+            twg_wgmma_wait<0>();
+            twg_fence_acc(d);
+            if (tid == 0) twg_mbar_arrive(bar_empty + 8 * ((it - 1) % TWG_STAGES));
+            // Epilogue: rows m0 + 64c + 16 warp + lane/4 (+ 8), tile tn. First every accumulator pair becomes
+            // its bf16x2 bits (all the format needs), so the 128 fp32 registers die here: the epilogue then
+            // runs in ~64 + temporaries registers (with the fp32 values live it spilled at the 168 cap).
+            uint32_t p[64];
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                p[2 * j] = twg_bf16x2_bits(d[4 * j], d[4 * j + 1]);          // row lane/4, cols 8j + 2q (+1)
+                p[2 * j + 1] = twg_bf16x2_bits(d[4 * j + 2], d[4 * j + 3]);  // row lane/4 + 8
+            }
+            const int row0 = m0 + 64 * c + 16 * warp + (lane >> 2);
+            uint32_t *out0 = tw + (size_t)row0 * row_words + (size_t)tn * words;
+            twg_pack_row<0>(p, row0, M, q, lane, out0, words, S, ovf_flag, ovf_list, counters, nnz);
+            twg_pack_row<1>(p, row0 + 8, M, q, lane, out0 + (size_t)8 * row_words, words, S, ovf_flag, ovf_list,
+                            counters, nnz);
+            // Redefine the accumulators (the next tile's first wgmma ignores them: scale-d 0); this tells the
+            // compiler the old values are dead during the epilogue.
+#pragma unroll
+            for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) nnz += __shfl_xor_sync(0xffffffffu, nnz, o);
+        if (lane == 0 && nnz) atomicAdd(&counters->nnz, nnz);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Host side: tensor maps (cuTensorMapEncodeTiled through the runtime's driver entry point, so no
+// direct libcuda symbol is needed) and the launch.
+// ---------------------------------------------------------------------------------------------------
+typedef CUresult (*TwgEncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's cuTensorMapEncodeTiled (ABI of CUDA 12.0), looked up once (a cached function pointer).
+static inline TwgEncodeTiledFn twg_encode_fn(void) {
+    static TwgEncodeTiledFn fn = NULL;
+    if (!fn) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult qr = cudaDriverEntryPointSymbolNotFound;
+        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &qr);
+        if (e != cudaSuccess || qr != cudaDriverEntryPointSuccess || !p) {
+            fprintf(stderr, "error: twell wgmma gate: cuTensorMapEncodeTiled not found in the driver (%s, query %d)\n",
+                    cudaGetErrorString(e), (int)qr);
+            (void)cudaGetLastError();
+            return NULL;
+        }
+        fn = (TwgEncodeTiledFn)p;
+    }
+    return fn;
+}
+
+// 2-D bf16 row-major [rows, D] tensor map, box 64 (k) x box_rows, 128-byte swizzle, zero fill out of bounds.
+static inline int twg_make_map(TwgEncodeTiledFn enc, CUtensorMap *map, const bf16 *ptr, int rows, int D, int box_rows,
+                               const char *what) {
+    const cuuint64_t dims[2] = {(cuuint64_t)D, (cuuint64_t)rows};  // innermost first
+    const cuuint64_t strides[1] = {(cuuint64_t)D * sizeof(bf16)};   // bytes between rows (multiple of 16)
+    const cuuint32_t box[2] = {TWG_BK, (cuuint32_t)box_rows};       // 64 x 2 B = 128 B = the swizzle span
+    const cuuint32_t estr[2] = {1, 1};
+    CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "error: twell wgmma gate: cuTensorMapEncodeTiled(%s [%d, %d], box %d x %d) failed: CUresult %d\n",
+                what, rows, D, TWG_BK, box_rows, (int)r);
+        return TWELL_ERR_ARG;
+    }
+    return TWELL_OK;
+}
+
+// Checks the shapes / pointers / device for the wgmma gate. TWELL_OK or an error (message printed).
+static inline int twell_gate_wgmma_check(const bf16 *X, const bf16 *W, int M, int D, int F, int C) {
+    if (M < 1 || D < TWG_BK || D % TWG_BK != 0 || F < TWG_BN || F % TWG_BN != 0) {
+        fprintf(stderr, "error: twell wgmma gate: shape M=%d D=%d F=%d: needs M >= 1, D a positive multiple of %d, "
+                "F a positive multiple of %d\n", M, D, F, TWG_BK, TWG_BN);
+        return TWELL_ERR_SHAPE;
+    }
+    if (C != 2 && C != 4 && C != 8) {
+        fprintf(stderr, "error: twell wgmma gate: C=%d (expected 2, 4 or 8)\n", C);
+        return TWELL_ERR_SHAPE;
+    }
+    if (((uintptr_t)X | (uintptr_t)W) & 15) {
+        fprintf(stderr, "error: twell wgmma gate: X and Wg must be 16-byte aligned (TMA)\n");
+        return TWELL_ERR_ARG;
+    }
+    int dev = 0, major = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major != 9) {
+        fprintf(stderr, "error: twell wgmma gate: needs a Hopper GPU (sm_90a: wgmma, TMA), this one is sm_%d.x\n", major);
+        return TWELL_ERR_ARG;
+    }
+    return TWELL_OK;
+}
+
+// X [M, D], W [F, D] -> tw [M, F/C] + ovf_flag / ovf_list / counters (zeroed by the caller on `stream`).
+static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, int D, int F, int C, uint32_t *tw,
+                                          int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream) {
+    int e = twell_gate_wgmma_check(X, W, M, D, F, C);
+    if (e) return e;
+    TwgEncodeTiledFn enc = twg_encode_fn();
+    if (!enc) return TWELL_ERR_ARG;
+    CUtensorMap tmX, tmW;
+    if ((e = twg_make_map(enc, &tmX, X, M, D, TWG_BM, "X"))) return e;
+    if ((e = twg_make_map(enc, &tmW, W, F, D, TWG_BN, "Wg"))) return e;
+    int dev = 0, sms = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    cudaCheck(cudaFuncSetAttribute(twell_gate_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   TWG_SMEM_BYTES));
+    const long long tiles = (long long)CEIL_DIV(M, TWG_BM) * (F / TWG_BN);
+    const int grid = (int)(tiles < sms ? tiles : sms);
+    twell_gate_wgmma_kernel<<<grid, TWG_THREADS, TWG_SMEM_BYTES, stream>>>(tmX, tmW, M, D, F, TWELL_TILE / C, tw,
+                                                                          ovf_flag, ovf_list, counters);
+    cudaCheckLaunch();
+    return TWELL_OK;
+}
+
+#endif  // SLLM_TWELL_GATE_WGMMA_CUH

@@ -17,6 +17,7 @@
 #include "common.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "test_util.h"
 
 #define assert_err_contains(err, s) do { if (!strstr((err), (s))) fail_msg("error message \"%s\" does not contain \"%s\"", (err), (s)); } while (0)
 
@@ -501,17 +502,11 @@ static void test_ckpt_bad_files(void **s) {
 
 static int setup_root(void **s) {
     (void)s;
-    snprintf(g_root, sizeof g_root, "/tmp/sllm_test_checkpoint.%ld", (long)getpid());
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (system(cmd) != 0) return -1;
-    return mkdir(g_root, 0755);
+    return test_tmpdir_make(g_root, sizeof g_root, "sllm_test_checkpoint.");
 }
 static int teardown_root(void **s) {
     (void)s;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_tmpdir_remove(g_root);
 }
 
 int main(void) {

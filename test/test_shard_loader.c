@@ -14,6 +14,7 @@
 #include "rng.h"
 #include "dataloader/loader.h"
 #include "dataloader/shard.h"
+#include "test_util.h"
 
 static char dir[256];
 
@@ -206,13 +207,11 @@ static void test_loader_val_and_errors(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/sllm_test_shard_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return test_tmpdir_make(dir, sizeof dir, "sllm_test_shard_");
 }
 static int teardown(void **state) {
     (void)state;
-    char cmd[512]; snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_tmpdir_remove(dir);
 }
 
 int main(void) {

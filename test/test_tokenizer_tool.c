@@ -16,6 +16,7 @@
 #include "common.h"
 #include "dataloader/shard.h"
 #include "dataloader/tokenizer.h"
+#include "test_util.h"
 
 static char dir[256], tokp[512];
 
@@ -141,8 +142,7 @@ static void test_jsonl_and_bad_lines(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/sllm_test_tool_XXXXXX");
-    if (!mkdtemp(dir)) return -1;
+    if (test_tmpdir_make(dir, sizeof dir, "sllm_test_tool_") != 0) return -1;
     snprintf(tokp, sizeof tokp, "%s/tokenizer.json", dir);
     write_tokenizer();
     if (access("build/tokenize", X_OK) != 0) { fprintf(stderr, "build/tokenize missing (run make)\n"); return -1; }
@@ -150,8 +150,7 @@ static int setup(void **state) {
 }
 static int teardown(void **state) {
     (void)state;
-    char cmd[512]; snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_tmpdir_remove(dir);
 }
 
 int main(void) {

@@ -2,8 +2,12 @@
 #ifndef SLLM_TEST_UTIL_H
 #define SLLM_TEST_UTIL_H
 
+#include <ftw.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 // Relative Frobenius error ||x - ref|| / ||ref|| of a float result against a float64 reference;
 // infinity if x holds a NaN or an infinity (an unwritten or poisoned element).
@@ -16,6 +20,21 @@ static inline double rel_err_f32(const float *x, const double *ref, size_t n) {
         den += ref[i] * ref[i];
     }
     return sqrt(num) / fmax(sqrt(den), 1e-30);
+}
+
+// A fresh private directory /tmp/<prefix>XXXXXX for a test's files; 0 on success.
+static inline int test_tmpdir_make(char *buf, size_t n, const char *prefix) {
+    if (snprintf(buf, n, "/tmp/%sXXXXXX", prefix) >= (int)n) return -1;
+    return mkdtemp(buf) ? 0 : -1;
+}
+
+static inline int test_tmpdir_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st; (void)flag; (void)ftw;
+    return remove(path);
+}
+// Remove a test directory and everything below it; 0 on success.
+static inline int test_tmpdir_remove(const char *dir) {
+    return nftw(dir, test_tmpdir_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif  // SLLM_TEST_UTIL_H

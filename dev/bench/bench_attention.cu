@@ -7,6 +7,7 @@
 // two GEMMs, half the matrix), bwd 2.5x fwd (five GEMMs; the deterministic backward really does seven). Inputs
 // are random (never zeros). Also one timing of the simple path at B=4, with few runs, to know what it costs.
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "attention.cuh"
@@ -58,6 +59,13 @@ static float time_it(const AttnVariant *va, int mode, const Bufs *b, int B, int 
 }
 
 int main(int argc, char **argv) {
+    if (argc > 2 || (argc == 2 && (argv[1][0] < '1' || argv[1][0] > '9'))) {
+        fprintf(stderr, "usage: bench_attention [REPS]   (default 30)\n"
+                        "  times our flash attention forward and backward (every variant: v1, v2 default, atomic dq,\n"
+                        "  simple) at T=2048, 32 heads of 64, causal, B=4 and 8 (and GQA with 8 kv heads);\n"
+                        "  prints ms and TFLOP/s (fwd 2*B*H*T^2*hd FLOPs, bwd 2.5x), medians of REPS runs.\n");
+        return argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? 0 : 2;
+    }
     int reps = argc > 1 ? atoi(argv[1]) : 30;
     if (!cuda_device_available()) {
         printf("bench_attention: no CUDA device, nothing to do\n");

@@ -35,6 +35,7 @@
 #include "twell/format.h"
 #include "twell/gate.cuh"
 #include "twell/gate_wgmma.cuh"
+#include "twell/gate_wgmma2.cuh"
 #include "twell/updown.cuh"
 
 // Dispatch cost model (AUTO), in units of the dense FFN time on the same rows:
@@ -43,13 +44,13 @@
 // (hysteresis: no flip-flopping on noise near the crossover; the cost of a wrong pick there is at most
 // ~margin). Crossover nnz* = (1 - s0) / s1. twell_ffn_calibrate() measures s0 and s1 on the caller's
 // own data and GPU (recommended once at start-up); the defaults below are used until then.
-// Defaults: H200, D 2048, F 5632, M 65536. Measured with the first code (gate 2048-row chunks, serial;
-// up/down nt128_g4): sparse/dense = 0.54 (nnz 8), 0.80 (29), 1.01 (64), 1.60 (128), 2.7 (256) ->
-// s0 0.565, s1 0.0081, crossover ~54-63. The defaults (s0 0.44, s1 0.007 -> crossover 80) are the
-// PREDICTION for the current defaults (overlapped gate in 8192-row chunks ~ -0.5 ms, up/down nt128_g2
-// ~ -20%); refresh them from bench_ffn's "calibrated model" line.
-#define TWELL_DISPATCH_S0 0.44
-#define TWELL_DISPATCH_S1 0.007
+// Defaults: H200, D 2048, F 5632, M 65536, the MEASURED least-squares fit of bench_ffn (uniform rows,
+// nnz <= 160) with the current defaults (overlapped cuBLASLt gate in 8192-row chunks, up/down nt128_g2):
+// s0 0.4314, s1 0.008837 -> crossover 64 (the earlier static 0.44 / 0.007 predicted 80; the first code
+// measured 0.565 / 0.0081 -> 54). Refresh from bench_ffn's "fitted model" line after kernel changes (with
+// a wgmma gate as the default: its "fitted model ... with gate" line).
+#define TWELL_DISPATCH_S0 0.4314
+#define TWELL_DISPATCH_S1 0.008837
 #define TWELL_DISPATCH_FOVF 1.2
 #define TWELL_DISPATCH_MARGIN 0.03
 
@@ -72,6 +73,7 @@ typedef struct {
     int updown_variant;   // TWELL_UPDOWN_* (default AUTO = TWELL_UPDOWN_DEFAULT)
     int gate_chunk_rows;  // rows per gate GEMM + pack chunk; <= gate_scratch_rows (twell_ffn_set_gate_chunk)
     int gate_scratch_rows;
+    int gate_max_ctas;    // wgmma gate variants: cap on the persistent grid (0 = all SMs; tests: many tiles per CTA)
     TwellDispatchModel model;
     // Interleaved up/down weights [F, 2, D] (twell_interleave_weights), owned by the caller; NULL = use
     // Wu / WdT as passed. Set with twell_ffn_set_interleaved; must hold the same values as Wu / WdT.
@@ -307,7 +309,25 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
     }
     cudaCheck(cudaMemsetAsync(ws->ovf_flag, 0, sizeof(int) * (size_t)M, stream));
     cudaCheck(cudaMemsetAsync(ws->counters, 0, sizeof(TwellCounters), stream));
-    switch (ws->gate_variant) {
+    int variant = ws->gate_variant;
+#if TWELL_GATE_DEFAULT_WGMMA
+    // A wgmma default on a GPU without sm_90a features: the cuBLASLt gate instead (warned once). An explicitly
+    // chosen non-default wgmma variant still fails with its error.
+    if (variant == TWELL_GATE_DEFAULT) {
+        static int warned = 0;
+        int dev = 0, major = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        if (major != 9) {
+            if (!warned) fprintf(stderr, "warning: twell: default gate %s needs a Hopper GPU (sm_%d.x here): using %s\n",
+                                 twell_gate_variant_name(variant), major,
+                                 twell_gate_variant_name(TWELL_GATE_CUBLAS_PACK_OVERLAP));
+            warned = 1;
+            variant = TWELL_GATE_CUBLAS_PACK_OVERLAP;
+        }
+    }
+#endif
+    switch (variant) {
     case TWELL_GATE_CUBLAS_PACK:
         twell_gate_cublas_pack(mm, X, W, M, ws->D, ws->F, ws->C, ws->gate_scratch[0], ws->gate_chunk_rows, ws->tw,
                                ws->ovf_flag, ws->ovf_list, ws->counters, stream);
@@ -319,7 +339,12 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
         return TWELL_OK;
     case TWELL_GATE_WGMMA:
         return twell_gate_wgmma_launch(X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters,
-                                       stream);
+                                       stream, ws->gate_max_ctas);
+    case TWELL_GATE_WGMMA_C2:
+    case TWELL_GATE_WGMMA_PK:
+    case TWELL_GATE_WGMMA_C2PK:
+        return twell_gate_wgmma2_launch(variant, X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list,
+                                        ws->counters, stream, ws->gate_max_ctas);
     default:
         fprintf(stderr, "error: twell: unknown gate variant %d (expected 0..%d)\n", ws->gate_variant,
                 TWELL_GATE_NUM_VARIANTS - 1);

@@ -12,7 +12,9 @@
 // accumulator to bf16 round-to-nearest, which is exactly the value the format stores.
 //
 // Variant TWELL_GATE_WGMMA (twell/gate_wgmma.cuh, not the default until measured): one persistent Hopper
-// kernel, TMA + wgmma GEMM whose epilogue writes the TwELL directly (no scratch, no chunks).
+// kernel, TMA + wgmma GEMM whose epilogue writes the TwELL directly (no scratch, no chunks). Variants
+// TWELL_GATE_WGMMA_C2 / _PK / _C2PK (twell/gate_wgmma2.cuh): the same with 2-CTA clusters + Wg multicast,
+// and/or the pack moved to packer warps working on a staged tile while the consumers run the next tile.
 //
 // Variant TWELL_GATE_CUBLAS_PACK_OVERLAP (default): the same GEMMs and pack kernel, but the pack of
 // chunk i runs on a side stream while the GEMM of chunk i+1 runs (two scratch buffers); the packs fill
@@ -40,15 +42,39 @@ enum {
     TWELL_GATE_CUBLAS_PACK = 0,          // GEMM chunk, pack chunk, GEMM chunk, ... on the caller's stream
     TWELL_GATE_CUBLAS_PACK_OVERLAP = 1,  // pack of chunk i (side stream) overlaps the GEMM of chunk i+1 (default)
     TWELL_GATE_WGMMA = 2,                // Hopper wgmma + TMA GEMM with the pack in its epilogue (twell/gate_wgmma.cuh)
-    TWELL_GATE_NUM_VARIANTS = 3,
+    // twell/gate_wgmma2.cuh (same bits as TWELL_GATE_WGMMA):
+    TWELL_GATE_WGMMA_C2 = 3,    // + 2-CTA clusters, the Wg tile TMA-multicast to both CTAs
+    TWELL_GATE_WGMMA_PK = 4,    // + packer warps on a staged bf16 tile (epilogue overlapped with the next mainloop)
+    TWELL_GATE_WGMMA_C2PK = 5,  // both
+    TWELL_GATE_NUM_VARIANTS = 6,
 };
+// The default gate. Stays the measured cuBLASLt path until a GPU run shows a wgmma variant faster at every
+// M (bench_ffn's "gates" lines) and test_twell passes for it: then flip TWELL_GATE_DEFAULT_WGMMA to 1 (or
+// build with -DTWELL_GATE_DEFAULT_WGMMA=1) and set TWELL_GATE_WGMMA_BEST to the fastest variant. A wgmma
+// default falls back to the cuBLASLt path on a non-Hopper GPU (twell_gate_forward, one warning).
+#ifndef TWELL_GATE_DEFAULT_WGMMA
+#define TWELL_GATE_DEFAULT_WGMMA 0
+#endif
+#ifndef TWELL_GATE_WGMMA_BEST
+#define TWELL_GATE_WGMMA_BEST TWELL_GATE_WGMMA_C2PK  // the predicted fastest (twell/NOTES.md)
+#endif
+#if TWELL_GATE_DEFAULT_WGMMA
+#define TWELL_GATE_DEFAULT TWELL_GATE_WGMMA_BEST
+#else
 #define TWELL_GATE_DEFAULT TWELL_GATE_CUBLAS_PACK_OVERLAP
+#endif
+
+// 1 for the Hopper-only variants (one persistent kernel, no chunks, no scratch).
+static inline int twell_gate_is_wgmma(int v) { return v >= TWELL_GATE_WGMMA && v < TWELL_GATE_NUM_VARIANTS; }
 
 static inline const char *twell_gate_variant_name(int v) {
     switch (v) {
     case TWELL_GATE_CUBLAS_PACK: return "cublas_pack";
     case TWELL_GATE_CUBLAS_PACK_OVERLAP: return "cublas_pack_overlap";
     case TWELL_GATE_WGMMA: return "wgmma";
+    case TWELL_GATE_WGMMA_C2: return "wgmma_c2";
+    case TWELL_GATE_WGMMA_PK: return "wgmma_pk";
+    case TWELL_GATE_WGMMA_C2PK: return "wgmma_c2pk";
     default: return "?";
     }
 }

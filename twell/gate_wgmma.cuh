@@ -432,8 +432,10 @@ static inline int twell_gate_wgmma_check(const bf16 *X, const bf16 *W, int M, in
 }
 
 // X [M, D], W [F, D] -> tw [M, F/C] + ovf_flag / ovf_list / counters (zeroed by the caller on `stream`).
+// max_ctas > 0 caps the persistent grid (tests: many tiles per CTA on small shapes); 0 = one CTA per SM.
 static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, int D, int F, int C, uint32_t *tw,
-                                          int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream) {
+                                          int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream,
+                                          int max_ctas = 0) {
     int e = twell_gate_wgmma_check(X, W, M, D, F, C);
     if (e) return e;
     TwgEncodeTiledFn enc = twg_encode_fn();
@@ -447,6 +449,7 @@ static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, i
     cudaCheck(cudaFuncSetAttribute(twell_gate_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    TWG_SMEM_BYTES));
     const long long tiles = (long long)CEIL_DIV(M, TWG_BM) * (F / TWG_BN);
+    if (max_ctas > 0 && max_ctas < sms) sms = max_ctas;
     const int grid = (int)(tiles < sms ? tiles : sms);
     twell_gate_wgmma_kernel<<<grid, TWG_THREADS, TWG_SMEM_BYTES, stream>>>(tmX, tmW, M, D, F, TWELL_TILE / C, tw,
                                                                           ovf_flag, ovf_list, counters);

@@ -2,7 +2,7 @@
 //
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
 //                   [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]
-//                   [--no-calibrate] [--variants] [--no-wgmma] [--D 2048] [--F 5632]
+//                   [--no-calibrate] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]
 //
 // Timing method: the columns of one configuration are timed INTERLEAVED: each of --reps (default 15)
 // rounds runs every column once (round-robin, the starting column rotated each round), each call timed
@@ -15,8 +15,12 @@
 //   s.gate / s.updown   the two parts of the sparse path timed alone
 //   auto    the dispatched path (TWELL_PATH_AUTO, history from the warm-up calls), with the model from
 //           twell_ffn_calibrate (run once per M on the uniform nnz-29 data, printed) unless --no-calibrate
-//   g.wgmma / sp.wgmma  the gate -> TwELL and the sparse FFN with the Hopper wgmma gate (TWELL_GATE_WGMMA,
-//           fused pack epilogue), side by side with s.gate / sparse (default gate); off with --no-wgmma
+//   g.wgmma / sp.wgmma  the gate -> TwELL and the sparse FFN with the first wgmma gate of --gates (default
+//           TWELL_GATE_WGMMA, fused pack epilogue), side by side with s.gate / sparse (default gate)
+//   "gates" line under each row: every wgmma gate variant of --gates (default 2,3,4,5 = wgmma, wgmma_c2,
+//           wgmma_pk, wgmma_c2pk; twell/gate.cuh), timed in the SAME interleaved rounds: g = gate alone,
+//           sp = sparse FFN through it, g/cublas = its gate time / the cuBLASLt GEMM alone (the "gate"
+//           column), twdiff = TwELL rows differing from the default gate's. Off with --no-wgmma.
 //   then sparse/gate, dense/sparse, auto/min(dense, sparse), sp.wgmma/gate, measured mean nnz and overflow
 //   rows, the auto path, and st/min: what the STATIC default model (TWELL_DISPATCH_*) would pick / min.
 //   The wgmma FFN output is checked against the dense one like the default sparse path, and the number
@@ -106,6 +110,7 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
 typedef struct {
     int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma;
     std::vector<int> Ms;
+    std::vector<int> gates;  // wgmma gate variants timed side by side (empty: none)
     std::vector<double> nnzs;  // < 0 means 50%
     int pat_uniform, pat_heavy;
 } Opts;
@@ -133,6 +138,7 @@ int main(int argc, char **argv) {
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
     o.pat_uniform = 1; o.pat_heavy = 1;
+    o.gates = {TWELL_GATE_WGMMA, TWELL_GATE_WGMMA_C2, TWELL_GATE_WGMMA_PK, TWELL_GATE_WGMMA_C2PK};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -151,7 +157,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--interleave")) { o.interleave = 1; }
         else if (!strcmp(a, "--l2persist")) { o.l2persist = 1; }
         else if (!strcmp(a, "--no-calibrate")) { o.calibrate = 0; }
-        else if (!strcmp(a, "--no-wgmma")) { o.wgmma = 0; }
+        else if (!strcmp(a, "--no-wgmma")) { o.wgmma = 0; o.gates.clear(); }
+        else if (!strcmp(a, "--gates") && v) {
+            o.gates.clear();
+            for (double x : parse_list(v)) {
+                if (!twell_gate_is_wgmma((int)x)) {
+                    fprintf(stderr, "error: bench_ffn: --gates %s: %d is not a wgmma gate variant (%d..%d)\n", v, (int)x,
+                            TWELL_GATE_WGMMA, TWELL_GATE_NUM_VARIANTS - 1);
+                    return 1;
+                }
+                o.gates.push_back((int)x);
+            }
+            o.wgmma = !o.gates.empty();
+            i++;
+        }
         else if (!strcmp(a, "--D") && v) { o.D = atoi(v); i++; }
         else if (!strcmp(a, "--F") && v) { o.F = atoi(v); i++; }
         else { fprintf(stderr, "error: bench_ffn: unknown or incomplete option '%s' (see the header of dev/bench/bench_ffn.cu)\n", a); return 1; }
@@ -252,7 +271,7 @@ int main(int argc, char **argv) {
     };
 
     int failures = 0;
-    struct Row { int M, heavy; double nnz, dense, sparse, sparse_wgmma; };
+    struct Row { int M, heavy; double nnz, dense, sparse, sparse_wgmma; std::vector<double> sparse_g; };
     std::vector<Row> rows;
     for (int M : o.Ms) {
         if (o.calibrate) {
@@ -290,38 +309,47 @@ int main(int argc, char **argv) {
                     failures++;
                 }
 
-                // The wgmma gate: FFN correctness vs dense, and TwELL rows that differ from the default gate's.
-                TwellFFNResult rw = {0, -1, -1.0};
-                long long tw_diff_rows = -1;
+                // The wgmma gates: FFN correctness vs dense, and TwELL rows that differ from the default gate's.
+                const size_t NG = o.gates.size();
+                std::vector<long long> tw_diff(NG, -1);
+                std::vector<TwellFFNResult> rws(NG);
                 if (o.wgmma) {
                     const size_t twn = (size_t)M * (F / 8);
                     std::vector<uint32_t> ta(twn), tb(twn);
                     if (twell_gate_forward(&mm, &ws, X[0], Wg, M, 0)) return 1;
                     cudaCheck(cudaMemcpy(ta.data(), ws.tw, twn * 4, cudaMemcpyDeviceToHost));
-                    ws.gate_variant = TWELL_GATE_WGMMA;
-                    if (twell_gate_forward(&mm, &ws, X[0], Wg, M, 0)) return 1;
-                    cudaCheck(cudaMemcpy(tb.data(), ws.tw, twn * 4, cudaMemcpyDeviceToHost));
-                    cudaCheck(cudaMemset(Y, 0xFF, sizeof(bf16) * (size_t)M * D));
-                    if (twell_ffn_forward(&mm, &ws, X[0], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, &rw, 0)) return 1;
-                    ws.gate_variant = o.gate_variant;
-                    tw_diff_rows = 0;
-                    for (int m = 0; m < M; m++)
-                        tw_diff_rows += memcmp(&ta[(size_t)m * (F / 8)], &tb[(size_t)m * (F / 8)], (F / 8) * 4) != 0;
-                    cudaCheck(cudaMemset(dsum, 0, 3 * sizeof(double)));
-                    bench_diff<<<512, 256>>>(Y, Yd, (long long)M * D, dsum);
-                    cudaCheck(cudaMemcpy(hs, dsum, sizeof hs, cudaMemcpyDeviceToHost));
-                    double relw = sqrt(hs[0] / (hs[1] > 0 ? hs[1] : 1));
-                    if (rw.n_overflow != rs.n_overflow)  // a value within fp32 rounding of a tile's 31/32 boundary
-                        printf("note: wgmma gate: %d overflow rows, default gate %d (M=%d %s nnz %g)\n", rw.n_overflow,
-                               rs.n_overflow, M, heavy ? "heavy" : "uniform", target);
-                    if (!(relw < 1e-2) || hs[2] != 0) {
-                        printf("CORRECTNESS FAILURE (wgmma gate): M=%d %s nnz %g: sparse vs dense rel err %.3e, non-finite "
-                               "%g, overflow rows %d (default gate %d), TwELL rows differing %lld\n", M,
-                               heavy ? "heavy" : "uniform", target, relw, hs[2], rw.n_overflow, rs.n_overflow,
-                               tw_diff_rows);
-                        failures++;
+                    for (size_t g = 0; g < NG; g++) {
+                        const int gv = o.gates[g];
+                        TwellFFNResult &rw = rws[g];
+                        rw = {0, -1, -1.0};
+                        ws.gate_variant = gv;
+                        if (twell_gate_forward(&mm, &ws, X[0], Wg, M, 0)) return 1;
+                        cudaCheck(cudaMemcpy(tb.data(), ws.tw, twn * 4, cudaMemcpyDeviceToHost));
+                        cudaCheck(cudaMemset(Y, 0xFF, sizeof(bf16) * (size_t)M * D));
+                        if (twell_ffn_forward(&mm, &ws, X[0], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, &rw, 0)) return 1;
+                        ws.gate_variant = o.gate_variant;
+                        long long nd = 0;
+                        for (int m = 0; m < M; m++)
+                            nd += memcmp(&ta[(size_t)m * (F / 8)], &tb[(size_t)m * (F / 8)], (F / 8) * 4) != 0;
+                        tw_diff[g] = nd;
+                        cudaCheck(cudaMemset(dsum, 0, 3 * sizeof(double)));
+                        bench_diff<<<512, 256>>>(Y, Yd, (long long)M * D, dsum);
+                        cudaCheck(cudaMemcpy(hs, dsum, sizeof hs, cudaMemcpyDeviceToHost));
+                        double relw = sqrt(hs[0] / (hs[1] > 0 ? hs[1] : 1));
+                        if (rw.n_overflow != rs.n_overflow)  // a value within fp32 rounding of a tile's 31/32 boundary
+                            printf("note: gate %s: %d overflow rows, default gate %d (M=%d %s nnz %g)\n",
+                                   twell_gate_variant_name(gv), rw.n_overflow, rs.n_overflow, M,
+                                   heavy ? "heavy" : "uniform", target);
+                        if (!(relw < 1e-2) || hs[2] != 0) {
+                            printf("CORRECTNESS FAILURE (gate %s): M=%d %s nnz %g: sparse vs dense rel err %.3e, "
+                                   "non-finite %g, overflow rows %d (default gate %d), TwELL rows differing %lld\n",
+                                   twell_gate_variant_name(gv), M, heavy ? "heavy" : "uniform", target, relw, hs[2],
+                                   rw.n_overflow, rs.n_overflow, nd);
+                            failures++;
+                        }
                     }
                 }
+                const long long tw_diff_rows = NG ? tw_diff[0] : -1;
                 // Dispatch state of the auto column alone (the forced dense/sparse calls of the other columns
                 // must not feed its hysteresis): saved after each auto call, restored before the next.
                 double auto_nnz = ws.last_mean_nnz, auto_ovf = ws.last_ovf_frac;
@@ -348,14 +376,15 @@ int main(int argc, char **argv) {
                     [&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); },
                     [&](int s) { twell_ffn_updown(&ws, X[s], Wu, WdT, Y, M, 0); },
                 };
-                if (o.wgmma) {
-                    fns.push_back([&](int s) {
-                        ws.gate_variant = TWELL_GATE_WGMMA;
+                for (size_t g = 0; g < NG; g++) {  // columns 6 + 2g (gate alone), 7 + 2g (sparse FFN)
+                    const int gv = o.gates[g];
+                    fns.push_back([&, gv](int s) {
+                        ws.gate_variant = gv;
                         twell_gate_forward(&mm, &ws, X[s], Wg, M, 0);
                         ws.gate_variant = o.gate_variant;
                     });
-                    fns.push_back([&](int s) {
-                        ws.gate_variant = TWELL_GATE_WGMMA;
+                    fns.push_back([&, gv](int s) {
+                        ws.gate_variant = gv;
                         twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0);
                         ws.gate_variant = o.gate_variant;
                     });
@@ -375,19 +404,30 @@ int main(int argc, char **argv) {
                        t_spw, t_sparse / t_gate, t_dense / t_sparse, t_auto / tmin, t_spw / t_gate, rs.mean_nnz,
                        rs.n_overflow, ra.path == TWELL_PATH_SPARSE ? "sparse" : "dense",
                        (st == TWELL_PATH_SPARSE ? t_sparse : t_dense) / tmin, tw_diff_rows);
+                if (NG) {
+                    printf("    gates  s.gate %.3f (%.2fx cublas)", t_sgate, t_sgate / t_gate);
+                    for (size_t g = 0; g < NG; g++) {
+                        const float tg = tm[6 + 2 * g], tsp = tm[7 + 2 * g];
+                        printf(" | %s g %.3f (%.2fx) sp %.3f twdiff %lld", twell_gate_variant_name(o.gates[g]), tg,
+                               tg / t_gate, tsp, tw_diff[g]);
+                    }
+                    printf("\n");
+                }
                 fflush(stdout);
-                rows.push_back({M, heavy, rs.mean_nnz, t_dense, t_sparse, t_spw});
+                Row row = {M, heavy, rs.mean_nnz, t_dense, t_sparse, t_spw, {}};
+                for (size_t g = 0; g < NG; g++) row.sparse_g.push_back(tm[7 + 2 * g]);
+                rows.push_back(row);
                 if (o.variants) {
                     const int keep_gv = ws.gate_variant, keep_chunk = ws.gate_chunk_rows;
                     printf("    gate   ");
                     for (int gv = 0; gv < TWELL_GATE_NUM_VARIANTS; gv++)
                         for (int c : chunks_sweep) {
                             if (c > M) continue;
-                            if (gv == TWELL_GATE_WGMMA && (c != chunks_sweep[0] || !o.wgmma)) continue;  // no chunks
+                            if (twell_gate_is_wgmma(gv) && (c != chunks_sweep[0] || !o.wgmma)) continue;  // no chunks
                             ws.gate_variant = gv;
                             twell_ffn_set_gate_chunk(&ws, c);
                             float tg = timeit([&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); });
-                            if (gv == TWELL_GATE_WGMMA) printf(" wgmma %.3f", tg);
+                            if (twell_gate_is_wgmma(gv)) printf(" %s %.3f", twell_gate_variant_name(gv), tg);
                             else printf(" %s/%d %.3f", gv == TWELL_GATE_CUBLAS_PACK ? "serial" : "overlap", c, tg);
                         }
                     ws.gate_variant = keep_gv;
@@ -465,17 +505,18 @@ int main(int argc, char **argv) {
             printf("fitted model M=%d (uniform, nnz <= 160): TWELL_DISPATCH_S0 %.4f  TWELL_DISPATCH_S1 %.6f -> "
                    "crossover %.1f\n", M, s0, s1, s1 > 0 ? (1 - s0) / s1 : 1e30);
         }
-        if (!o.wgmma) continue;
-        n = sx = sy = sxx = sxy = 0;
-        for (const Row &r : rows)
-            if (r.M == M && !r.heavy && r.nnz <= 160) {
-                double y = r.sparse_wgmma / r.dense;
-                n++; sx += r.nnz; sy += y; sxx += r.nnz * r.nnz; sxy += r.nnz * y;
+        for (size_t g = 0; g < o.gates.size(); g++) {
+            n = sx = sy = sxx = sxy = 0;
+            for (const Row &r : rows)
+                if (r.M == M && !r.heavy && r.nnz <= 160 && g < r.sparse_g.size()) {
+                    double y = r.sparse_g[g] / r.dense;
+                    n++; sx += r.nnz; sy += y; sxx += r.nnz * r.nnz; sxy += r.nnz * y;
+                }
+            if (n >= 2 && n * sxx - sx * sx > 0) {
+                double s1 = (n * sxy - sx * sy) / (n * sxx - sx * sx), s0 = (sy - s1 * sx) / n;
+                printf("fitted model M=%d with gate %s (if it became the default): S0 %.4f S1 %.6f -> crossover "
+                       "%.1f\n", M, twell_gate_variant_name(o.gates[g]), s0, s1, s1 > 0 ? (1 - s0) / s1 : 1e30);
             }
-        if (n >= 2 && n * sxx - sx * sx > 0) {
-            double s1 = (n * sxy - sx * sy) / (n * sxx - sx * sx), s0 = (sy - s1 * sx) / n;
-            printf("fitted model M=%d with the wgmma gate (if it became the default): S0 %.4f S1 %.6f -> crossover "
-                   "%.1f\n", M, s0, s1, s1 > 0 ? (1 - s0) / s1 : 1e30);
         }
     }
     twell_ffn_workspace_free(&ws);

@@ -365,44 +365,70 @@ static void run_shapes(int gated) {
     }
 }
 
-// The Hopper wgmma gate (TWELL_GATE_WGMMA, fused TwELL epilogue) bit for bit vs the CPU packer on the exact
-// integer inputs, on M not a multiple of 128 (1, 77, 129, 1000), D 64..2048, F 256..5632, C 8/4/2, then the
-// whole FFN through it. Runs first: a hang or a descriptor bug shows here, with the shape named.
+// The Hopper wgmma gates (TWELL_GATE_WGMMA and the wgmma2 variants C2 / PK / C2PK, fused TwELL epilogue) bit
+// for bit vs the CPU packer on the exact integer inputs, on M not a multiple of 128 (1, 77, 129, 1000: for the
+// 2-CTA clusters also pairs whose second M tile is partly or wholly past M), D 64..2048, F 256..5632, C 8/4/2,
+// then the whole FFN through it. Every shape runs with the full persistent grid AND with the grid capped at
+// 4 CTAs (ws.gate_max_ctas: 2 clusters), so each CTA walks many tiles: the stage ring wraps across tiles and
+// the staged-tile barriers of the PK variants flip phase many times. Runs first: a hang or a descriptor bug
+// shows here, with the variant and shape named (device trap + host watchdog).
 typedef struct { int M, D, F, C; } WShape;
 static const WShape kWgmmaShapes[] = {
     {1, 64, 256, 8},     {77, 128, 1024, 8},   {128, 2048, 256, 8},  {129, 64, 5632, 8},  {1000, 128, 1024, 4},
     {4096, 64, 1024, 8}, {129, 2048, 5632, 8}, {1000, 2048, 256, 2}, {4096, 128, 1024, 8}, {300, 256, 768, 8},
 };
-static void test_gate_wgmma(void **state) {
-    (void)state;
+#define N_WSHAPES (sizeof kWgmmaShapes / sizeof kWgmmaShapes[0])
+// The problems are made once (CPU reference: seconds) and shared by the variants' tests; freed in main.
+static Problem g_wprob[N_WSHAPES + 3];
+static int g_wprob_made[N_WSHAPES + 3];
+static Problem &wgmma_problem(size_t i) {
+    static const double nnzs[] = {8, 29, 128};
+    if (!g_wprob_made[i]) {
+        if (i < N_WSHAPES) {
+            const WShape sh = kWgmmaShapes[i];
+            problem_make(&g_wprob[i], sh.M, sh.D, sh.F, sh.C, 1, ROW_MIX, 0, g_seed + 5000 + 17 * i);
+        } else {
+            problem_make(&g_wprob[i], 333, 128, 5632, 8, 1, ROW_UNIFORM, nnzs[i - N_WSHAPES], g_seed + 6000 + i);
+        }
+        g_wprob_made[i] = 1;
+    }
+    return g_wprob[i];
+}
+static void run_gate_wgmma(int variant) {
     if (!g_have_gpu) skip();
-    for (size_t i = 0; i < sizeof kWgmmaShapes / sizeof kWgmmaShapes[0]; i++) {
+    printf("    variant %s\n", twell_gate_variant_name(variant));
+    for (size_t i = 0; i < N_WSHAPES; i++) {
         const WShape sh = kWgmmaShapes[i];
-        Problem P;
-        problem_make(&P, sh.M, sh.D, sh.F, sh.C, 1, ROW_MIX, 0, g_seed + 5000 + 17 * i);
+        Problem &P = wgmma_problem(i);
         TwellFFNWorkspace ws;
         assert_int_equal(twell_ffn_workspace_create(&ws, sh.M, sh.D, sh.F, sh.C, 1), TWELL_OK);
-        ws.gate_variant = TWELL_GATE_WGMMA;
+        ws.gate_variant = variant;
         check_gate(&P, &ws);
         check_gate(&P, &ws);  // again: persistent-kernel state must not leak between calls
+        ws.gate_max_ctas = 4;  // many tiles per CTA
+        check_gate(&P, &ws);
+        ws.gate_max_ctas = 0;
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/gate_wgmma");
         assert_int_equal(r.n_overflow, count_ovf_rows(&P));
         twell_ffn_workspace_free(&ws);
-        problem_free(&P);
     }
-    // Uniform rows at the paper's width (few positives per tile: the common case of the epilogue).
-    const double nnzs[] = {8, 29, 128};
-    for (size_t i = 0; i < 3; i++) {
-        Problem P;
-        problem_make(&P, 333, 128, 5632, 8, 1, ROW_UNIFORM, nnzs[i], g_seed + 6000 + i);
+    // Uniform rows (nnz 8, 29, 128) at the paper's width (few positives per tile: the common case of the
+    // epilogue), full grid and 2 CTAs (33 tiles each; C2: one cluster, 44 pair tiles).
+    for (size_t i = N_WSHAPES; i < N_WSHAPES + 3; i++) {
+        Problem &P = wgmma_problem(i);
         TwellFFNWorkspace ws;
         assert_int_equal(twell_ffn_workspace_create(&ws, 333, 128, 5632, 8, 1), TWELL_OK);
-        ws.gate_variant = TWELL_GATE_WGMMA;
+        ws.gate_variant = variant;
+        check_gate(&P, &ws);
+        ws.gate_max_ctas = 2;
         check_gate(&P, &ws);
         twell_ffn_workspace_free(&ws);
-        problem_free(&P);
     }
 }
+static void test_gate_wgmma(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA); }
+static void test_gate_wgmma_pk(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_PK); }
+static void test_gate_wgmma_c2(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_C2); }
+static void test_gate_wgmma_c2pk(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_C2PK); }
 
 static void test_gated_mixed_rows(void **state) {
     (void)state;
@@ -453,8 +479,10 @@ static void test_all_full_and_all_zero(void **state) {
     assert_int_equal(twell_ffn_workspace_create(&ws, M, D, F, 8, 1), TWELL_OK);
     Problem P;
     problem_make(&P, M, D, F, 8, 1, ROW_ALL_FULL, 0, g_seed + 5);
-    ws.gate_variant = TWELL_GATE_WGMMA;
-    check_gate(&P, &ws);  // every row overflows: the flag/list atomics of the fused epilogue
+    for (int gv = TWELL_GATE_WGMMA; gv < TWELL_GATE_NUM_VARIANTS; gv++) {
+        ws.gate_variant = gv;
+        check_gate(&P, &ws);  // every row overflows: the flag/list atomics of the fused epilogue / packers
+    }
     ws.gate_variant = TWELL_GATE_DEFAULT;
     check_gate(&P, &ws);
     TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "all full");
@@ -462,8 +490,10 @@ static void test_all_full_and_all_zero(void **state) {
     assert_true(r.mean_nnz == F);
     problem_free(&P);
     problem_make(&P, M, D, F, 8, 1, ROW_ALL_ZERO, 0, g_seed + 6);
-    ws.gate_variant = TWELL_GATE_WGMMA;
-    check_gate(&P, &ws);
+    for (int gv = TWELL_GATE_WGMMA; gv < TWELL_GATE_NUM_VARIANTS; gv++) {
+        ws.gate_variant = gv;
+        check_gate(&P, &ws);
+    }
     ws.gate_variant = TWELL_GATE_DEFAULT;
     check_gate(&P, &ws);
     r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "all zero");
@@ -576,6 +606,15 @@ static void test_shape_errors(void **state) {
                      TWELL_ERR_SHAPE);
     assert_int_equal(twell_gate_wgmma_launch(buf + 1, buf, 8, 128, 512, 8, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters,
                                              0), TWELL_ERR_ARG);
+    // The wgmma2 variants share the checks; a variant number that is not one of theirs is an error.
+    for (int gv = TWELL_GATE_WGMMA_C2; gv <= TWELL_GATE_WGMMA_C2PK; gv++) {
+        assert_int_equal(twell_gate_wgmma2_launch(gv, buf, buf, 8, 96, 512, 8, ws.tw, ws.ovf_flag, ws.ovf_list,
+                                                  ws.counters, 0), TWELL_ERR_SHAPE);
+        assert_int_equal(twell_gate_wgmma2_launch(gv, buf + 1, buf, 8, 128, 512, 8, ws.tw, ws.ovf_flag, ws.ovf_list,
+                                                  ws.counters, 0), TWELL_ERR_ARG);
+    }
+    assert_int_equal(twell_gate_wgmma2_launch(TWELL_GATE_WGMMA, buf, buf, 8, 128, 512, 8, ws.tw, ws.ovf_flag,
+                                              ws.ovf_list, ws.counters, 0), TWELL_ERR_ARG);
     assert_int_equal(twell_ffn_set_gate_chunk(&ws, 0), TWELL_ERR_ARG);
     assert_int_equal(twell_ffn_set_interleaved(&ws, buf + 1), TWELL_ERR_ARG);
     assert_int_equal(twell_interleave_weights(buf, buf, 512, 100, buf, 0), TWELL_ERR_ARG);
@@ -637,12 +676,16 @@ int main(int argc, char **argv) {
     if (g_have_gpu) matmul_context_init(&g_mm);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shape_errors),        cmocka_unit_test(test_gate_wgmma),
+        cmocka_unit_test(test_gate_wgmma_pk),       cmocka_unit_test(test_gate_wgmma_c2),
+        cmocka_unit_test(test_gate_wgmma_c2pk),
         cmocka_unit_test(test_all_full_and_all_zero),
         cmocka_unit_test(test_gated_mixed_rows),    cmocka_unit_test(test_nongated_mixed_rows),
         cmocka_unit_test(test_uniform_nnz),         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_dispatch_model),      cmocka_unit_test(test_calibrate),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    for (size_t i = 0; i < N_WSHAPES + 3; i++)
+        if (g_wprob_made[i] && g_have_gpu) problem_free(&g_wprob[i]);
     if (g_have_gpu) matmul_context_free(&g_mm);
     return rc;
 }

@@ -142,6 +142,15 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%%] [--pattern uniform|heavy|both]\n"
+                   "                 [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]\n"
+                   "                 [--no-calibrate] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
+                   "Times the dense gated FFN (cuBLASLt), the TwELL FFN and the dispatched path on the same inputs with a\n"
+                   "controlled mean number of non-zeros per token (uniform or heavy-tailed), interleaved, medians; checks\n"
+                   "sparse against dense first. Columns and options are described at the top of dev/bench/bench_ffn.cu.\n");
+            return 0;
+        }
         if (!strcmp(a, "--quick")) { o.quick = 1; o.Ms = {65536}; o.nnzs = {8, 29, 64, 128, 256}; o.pat_heavy = 1; o.reps = 5; }
         else if (!strcmp(a, "--M") && v) { o.Ms.clear(); for (double x : parse_list(v)) o.Ms.push_back((int)x); i++; }
         else if (!strcmp(a, "--nnz") && v) { o.nnzs = parse_list(v); i++; }

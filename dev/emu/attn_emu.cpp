@@ -175,7 +175,8 @@ static double relerr(const std::vector<float> &x, const std::vector<double> &r) 
 }
 
 // FMT: forward m-tiles per warp (1: v1, 2: v2). DET: 0 = atomic dq (v1), 1 = dk/dv kernel + dq kernel with DQMT.
-template <int HD, int FMT, int DET, int DQMT>
+// KV2: deterministic dk/dv by attn_bwd_kv2_kernel (128 keys per CTA; SLLM_ATTN_BWD=det2).
+template <int HD, int FMT, int DET, int DQMT, int KV2 = 0>
 static int run_case(int B, int T, int H, int KVH) {
     const int hd = HD;
     size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KVH * hd, nl = (size_t)B * H * T;
@@ -259,10 +260,17 @@ static int run_case(int B, int T, int H, int KVH) {
             }
     float sc = 1.0f / sqrtf((float)hd);
     std::vector<float> dqf(nq);
-    launch({(unsigned)CEIL_DIV(T, ATTN_BN), (unsigned)KVH, (unsigned)B}, [&] {
-        attn_bwd_kernel<HD, !DET>(DET ? NULL : dq_acc.data(), bdk.data(), bdv.data(), bdo.data(), lse.data(),
-                                  dsum.data(), bq.data(), bk.data(), bv.data(), T, H, KVH, sc, sc * ATTN_LOG2E);
-    });
+    if constexpr (KV2) {
+        launch({(unsigned)CEIL_DIV(T, ATTN_KV2_BN), (unsigned)KVH, (unsigned)B}, [&] {
+            attn_bwd_kv2_kernel<HD>(bdk.data(), bdv.data(), bdo.data(), lse.data(), dsum.data(), bq.data(), bk.data(),
+                                    bv.data(), T, H, KVH, sc, sc * ATTN_LOG2E);
+        });
+    } else {
+        launch({(unsigned)CEIL_DIV(T, ATTN_BN), (unsigned)KVH, (unsigned)B}, [&] {
+            attn_bwd_kernel<HD, !DET>(DET ? NULL : dq_acc.data(), bdk.data(), bdv.data(), bdo.data(), lse.data(),
+                                      dsum.data(), bq.data(), bk.data(), bv.data(), T, H, KVH, sc, sc * ATTN_LOG2E);
+        });
+    }
     if (DET) {
         for (auto &x : bdq) x = __float2bfloat16(NAN);
         launch({(unsigned)CEIL_DIV(T, 64 * DQMT), (unsigned)H, (unsigned)B}, [&] {
@@ -277,8 +285,8 @@ static int run_case(int B, int T, int H, int KVH) {
     for (size_t i = 0; i < nl; i++) lerr = isfinite(lse[i]) ? fmax(lerr, fabs(lse[i] - rl[i])) : INFINITY;
     double eo = relerr(tof(bo), ro), eq = relerr(dqf, rdq), ek = relerr(tof(bdk), rdk), ev = relerr(tof(bdv), rdv);
     int ok = eo < 1e-2 && eq < 1e-2 && ek < 1e-2 && ev < 1e-2 && lerr < 2e-3;
-    printf("emu fwd v%d bwd %-6s hd=%3d B=%d T=%3d H=%d KVH=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e  %s\n",
-           FMT, DET ? (DQMT == 2 ? "det2" : "det1") : "atomic", HD, B, T, H, KVH, eo, lerr, eq, ek, ev,
+    printf("emu fwd v%d bwd %-9s hd=%3d B=%d T=%3d H=%d KVH=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e  %s\n",
+           FMT, DET ? (KV2 ? (DQMT == 2 ? "det2" : "det2/dq1") : (DQMT == 2 ? "det" : "det/dq1")) : "atomic", HD, B, T, H, KVH, eo, lerr, eq, ek, ev,
            ok ? "ok" : "FAIL");
     fflush(stdout);
     return ok;
@@ -290,7 +298,14 @@ int main(int argc, char **argv) {
     // defaults (fwd v2 = 128 rows per CTA, deterministic bwd with the 128-row dq kernel)
     ok &= run_case<64, 2, 1, 2>(1, 17, 1, 1);
     ok &= run_case<64, 2, 1, 2>(1, 300, 2, 1);
+    // det2: 128-key dk/dv CTAs (T not a multiple of 128 / 32, GQA, T < 32, several CTAs)
+    ok &= run_case<64, 2, 1, 2, 1>(1, 300, 2, 1);
+    ok &= run_case<64, 2, 1, 2, 1>(1, 17, 1, 1);
     if (!quick) {
+        ok &= run_case<64, 2, 1, 2, 1>(2, 129, 2, 2);
+        ok &= run_case<64, 2, 1, 2, 1>(1, 1, 1, 1);
+        ok &= run_case<32, 2, 1, 2, 1>(1, 270, 4, 2);
+        ok &= run_case<64, 1, 1, 1, 1>(1, 256, 2, 1);
         ok &= run_case<64, 2, 1, 2>(2, 129, 2, 2);
         ok &= run_case<64, 2, 1, 2>(1, 1, 1, 1);
         ok &= run_case<32, 2, 1, 2>(1, 70, 2, 2);

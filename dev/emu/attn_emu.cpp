@@ -1,163 +1,29 @@
 // dev/emu/attn_emu.cpp: runs the tensor-core attention kernels of core/attention.cuh on the CPU, to check their
 // indexing, fragment layouts, masking and synchronization logic on a machine without a GPU.
 //
-// Each CUDA thread is an OS thread; CTAs run one after another. Warp-collective instructions (ldmatrix,
-// mma.m16n8k16, shuffles) are emulated through a per-warp exchange area and a 32-thread barrier, following the
-// PTX ISA fragment layouts. cp.async copies at once (a legal schedule). Compares against a float64 reference.
+// The emulation itself (threads as OS threads, warp-collective instructions, cp.async) is dev/emu/emu_core.h,
+// shared with dev/emu/sliced_emu.cpp. Compares against a float64 reference.
 // Build + run (no GPU needed):  bash dev/emu/run.sh
-#include <cuda_bf16.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#define EMU_SMEM_NAME attn_smem
+#include "emu_core.h"
 
-#include <barrier>
-#include <mutex>
-#include <thread>
-#include <vector>
+alignas(16) unsigned char attn_smem[EMU_SMEM_BYTES];
 
-#undef __global__
-#undef __device__
-#undef __forceinline__
-#undef __launch_bounds__
-#undef __shared__
-#undef __align__
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __shared__
-#define __align__(n) __attribute__((aligned(n)))
-
-typedef __nv_bfloat16 bf16;
-#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
-
-struct EmuDim { unsigned x, y, z; };
-static thread_local EmuDim threadIdx, blockIdx;
-static EmuDim gridDim;
-alignas(16) unsigned char attn_smem[256 * 1024];
-
-static std::barrier<> *g_cta_bar;
-static std::barrier<> *g_warp_bar[4];
-struct WarpX {
-    const void *addr[32];
-    uint32_t a[32][4];
-    uint32_t b[32][2];
-    float f[32];
-};
-static WarpX g_wx[4];
-static std::mutex g_atomic_mu;
-
-static inline int lane_id() { return threadIdx.x & 31; }
-static inline int warp_id() { return threadIdx.x >> 5; }
-static inline void warp_sync() { g_warp_bar[warp_id()]->arrive_and_wait(); }
-static inline void __syncthreads() { g_cta_bar->arrive_and_wait(); }
-static inline void __syncwarp() { warp_sync(); }
-static inline float __shfl_xor_sync(unsigned, float v, int m) {
-    WarpX &x = g_wx[warp_id()];
-    x.f[lane_id()] = v;
-    warp_sync();
-    float r = x.f[lane_id() ^ m];
-    warp_sync();
-    return r;
-}
-static inline int min(int a, int b) { return a < b ? a : b; }
-static inline void atomicAdd(float *p, float v) {
-    std::lock_guard<std::mutex> lk(g_atomic_mu);
-    *p += v;
-}
-
-static inline void attn_cp_async16(void *smem, const void *gmem, bool valid) {
-    if (valid) memcpy(smem, gmem, 16);
-    else memset(smem, 0, 16);
-}
+// The attention kernels' own names for the emulated primitives (core/attention.cuh, ATTN_EMU).
+static inline void attn_cp_async16(void *smem, const void *gmem, bool valid) { tc_cp_async16(smem, gmem, valid ? 16 : 0); }
 static inline void attn_cp_async_commit() {}
-static inline float attn_exp2(float x) { return exp2f(x); }  // ex2.approx.ftz on the GPU
 static inline void attn_cp_async_wait_all() {}
-
-static inline uint16_t bf16_bits(const void *p) { uint16_t u; memcpy(&u, p, 2); return u; }
-static inline float bits_f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t pack2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
-
-// ldmatrix .x4: lanes 8i..8i+7 give the row addresses of matrix i (8 bf16 per row).
-static inline void emu_ldsm(uint32_t r[4], const void *p, bool trans) {
-    WarpX &x = g_wx[warp_id()];
-    int lane = lane_id(), g = lane >> 2, t = lane & 3;
-    uintptr_t base = (uintptr_t)attn_smem;
-    if ((uintptr_t)p < base || (uintptr_t)p + 16 > base + sizeof attn_smem || ((uintptr_t)p & 15)) {
-        fprintf(stderr, "emu: ldmatrix address %p outside shared memory or misaligned\n", p);
-        abort();
-    }
-    x.addr[lane] = p;
-    warp_sync();
-    for (int i = 0; i < 4; i++) {
-        if (!trans) {
-            const uint16_t *row = (const uint16_t *)x.addr[8 * i + g];
-            r[i] = pack2(row[2 * t], row[2 * t + 1]);
-        } else {
-            const uint16_t *r0 = (const uint16_t *)x.addr[8 * i + 2 * t];
-            const uint16_t *r1 = (const uint16_t *)x.addr[8 * i + 2 * t + 1];
-            r[i] = pack2(r0[g], r1[g]);
-        }
-    }
-    warp_sync();
-}
-static inline void attn_ldsm_x4(uint32_t r[4], const void *p) { emu_ldsm(r, p, false); }
-static inline void attn_ldsm_x4_trans(uint32_t r[4], const void *p) { emu_ldsm(r, p, true); }
-
-// mma.m16n8k16 row.col bf16 -> f32 (layouts as in the PTX ISA).
-static inline float a_elem(const WarpX &x, int r, int c) {
-    int lane = (r % 8) * 4 + (c % 8) / 2, reg = (r >= 8) + 2 * (c >= 8);
-    uint32_t w = x.a[lane][reg];
-    return bits_f((c & 1) ? (uint16_t)(w >> 16) : (uint16_t)(w & 0xffff));
-}
-static inline float b_elem(const WarpX &x, int k, int n) {
-    int lane = n * 4 + (k % 8) / 2, reg = k >= 8;
-    uint32_t w = x.b[lane][reg];
-    return bits_f((k & 1) ? (uint16_t)(w >> 16) : (uint16_t)(w & 0xffff));
-}
-static inline void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    WarpX &x = g_wx[warp_id()];
-    int lane = lane_id(), g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; i++) x.a[lane][i] = a[i];
-    x.b[lane][0] = b0;
-    x.b[lane][1] = b1;
-    warp_sync();
-    for (int e = 0; e < 4; e++) {
-        int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
-        float s = 0;
-        for (int kk = 0; kk < 16; kk++) s += a_elem(x, row, kk) * b_elem(x, kk, col);
-        c[e] += s;
-    }
-    warp_sync();
-}
+static inline float attn_exp2(float x) { return exp2f(x); }  // ex2.approx.ftz on the GPU
+static inline void attn_ldsm_x4(uint32_t r[4], const void *p) { tc_ldsm_x4(r, p); }
+static inline void attn_ldsm_x4_trans(uint32_t r[4], const void *p) { tc_ldsm_x4_trans(r, p); }
+static inline void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) { tc_mma_bf16(c, a, b0, b1); }
 
 #define ATTN_EMU 1
 #include "attention.cuh"
 
 // ---- driver ----------------------------------------------------------------------------------------------
 template <typename F>
-static void launch(EmuDim grid, F body) {
-    gridDim = grid;
-    std::barrier<> cta(128);
-    std::barrier<> w0(32), w1(32), w2(32), w3(32);
-    g_cta_bar = &cta;
-    g_warp_bar[0] = &w0; g_warp_bar[1] = &w1; g_warp_bar[2] = &w2; g_warp_bar[3] = &w3;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned xb = 0; xb < grid.x; xb++) {
-                memset(attn_smem, 0xff, sizeof attn_smem);  // NaN poison: reads of unwritten smem show up
-                std::vector<std::thread> th;
-                for (unsigned t = 0; t < 128; t++)
-                    th.emplace_back([=] {
-                        threadIdx = {t, 0, 0};
-                        blockIdx = {xb, y, z};
-                        body();
-                    });
-                for (auto &x : th) x.join();
-            }
-}
+static void launch(EmuDim grid, F body) { emu_launch(grid, 128, body); }
 
 static uint64_t rs = 88172645463325252ull;
 static double urand() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (rs >> 11) * 0x1.0p-53; }

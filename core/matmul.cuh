@@ -19,7 +19,7 @@
 // One cached heuristic answer per call shape (batch 1 for plain GEMMs; found = 0 remembers that cuBLASLt
 // has no algorithm for a batched layout, which then runs as `batch` plain calls).
 typedef struct {
-    int m, n, k, trans_a, trans_b, out_f32, beta_nonzero, batch, valid, found;
+    int m, n, k, trans_a, trans_b, out_f32, beta_nonzero, batch, valid, found, epi;
     long long stride_a, stride_b, stride_out;
     cublasLtMatmulAlgo_t algo;
 } MatmulCacheEntry;
@@ -45,6 +45,59 @@ static inline void matmul_context_free(MatmulContext *ctx) {
     memset(ctx, 0, sizeof(*ctx));
 }
 
+// Epilogues (MatmulCacheEntry.epi).
+enum { MATMUL_EPI_NONE = 0, MATMUL_EPI_RELU_MASK = 1 };
+
+static inline int matmul_lt(MatmulContext *ctx, void *out, int out_f32, long long stride_out, const bf16 *A, int trans_a,
+                            long long stride_a, const bf16 *B, int trans_b, long long stride_b, int batch, int M, int N,
+                            int K, float alpha, float beta, int epi, void *mask, cudaStream_t stream);
+
+// The cuBLASLt descriptors of one call. Column-major view: out^T [N, M] = op(B)^T [N, K] x op(A)^T [K, M].
+typedef struct {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t lb, la, lc;
+} MatmulDescs;
+
+static inline void matmul_descs_create(MatmulDescs *d, int M, int N, int K, int trans_a, int trans_b, int out_f32,
+                                       int batch, long long stride_a, long long stride_b, long long stride_out, int epi,
+                                       void *mask) {
+    cublasOperation_t opB = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opA = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int ldb = trans_b ? K : N, lda = trans_a ? M : K;  // leading dims of the buffers viewed column-major
+    cublasCheck(cublasLtMatmulDescCreate(&d->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof(opB)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof(opA)));
+    if (epi == MATMUL_EPI_RELU_MASK) {
+        // D^T is [N, M] column-major: the mask's leading dimension is N bits, so row m of out owns bits
+        // [m N, m N + N) (LSB first).
+        cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_RELU_AUX;
+        int64_t ld = N;
+        cublasCheck(cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &mask,
+                                                   sizeof(mask)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    }
+    cublasCheck(cublasLtMatrixLayoutCreate(&d->lb, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&d->la, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&d->lc, out_f32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
+    if (batch > 1) {
+        int32_t bc = batch;
+        cublasLtMatrixLayout_t lays[3] = {d->lb, d->la, d->lc};
+        int64_t strides[3] = {stride_b, stride_a, stride_out};
+        for (int i = 0; i < 3; i++) {
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                         &strides[i], sizeof(strides[i])));
+        }
+    }
+}
+static inline void matmul_descs_destroy(MatmulDescs *d) {
+    cublasCheck(cublasLtMatrixLayoutDestroy(d->lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(d->la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(d->lc));
+    cublasCheck(cublasLtMatmulDescDestroy(d->desc));
+}
+
 // Strided-batched GEMM: for b < batch,
 //   out + b*stride_out = alpha * op(A + b*stride_a) @ op(B + b*stride_b) + beta * out(b)
 // Strides are in elements; a stride of 0 broadcasts that operand (e.g. the same activations against the gate
@@ -54,6 +107,20 @@ static inline void matmul_strided_batched(MatmulContext *ctx, void *out, int out
                                           const bf16 *A, int trans_a, long long stride_a, const bf16 *B, int trans_b,
                                           long long stride_b, int batch, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream) {
+    (void)matmul_lt(ctx, out, out_f32, stride_out, A, trans_a, stride_a, B, trans_b, stride_b, batch, M, N, K, alpha,
+                    beta, MATMUL_EPI_NONE, NULL, stream);
+}
+
+// The implementation. epi = MATMUL_EPI_RELU_MASK (batch 1, bf16 out, beta 0): out = relu(A op(B)) and the ReLU
+// bit-mask of cuBLASLt's RELU_AUX epilogue in `mask`: bit (m * N + n) (LSB first, 32-bit little-endian words)
+// is set where the product was positive; N % 128 == 0. Returns 0, or 1 when cuBLASLt has no algorithm for
+// an epilogue GEMM (plain GEMMs without an algorithm are fatal, as before).
+static inline int matmul_lt(MatmulContext *ctx, void *out, int out_f32, long long stride_out, const bf16 *A, int trans_a,
+                            long long stride_a, const bf16 *B, int trans_b, long long stride_b, int batch, int M, int N,
+                            int K, float alpha, float beta, int epi, void *mask, cudaStream_t stream) {
+    if (epi != MATMUL_EPI_NONE && (batch != 1 || out_f32 || beta != 0.0f || N % 128 != 0 || !mask))
+        SLLM_FATAL("matmul: the ReLU bit-mask epilogue takes batch 1, bf16 out, beta 0, N %% 128 == 0 and a mask "
+                   "(batch %d out_f32 %d beta %g N %d mask %p)", batch, out_f32, beta, N, mask);
     if (batch <= 0) SLLM_FATAL("matmul: batch=%d must be > 0", batch);
     if (M <= 0 || N <= 0 || K <= 0) SLLM_FATAL("matmul: bad shape M=%d N=%d K=%d", M, N, K);
     if (batch == 1) stride_a = stride_b = stride_out = 0;
@@ -68,38 +135,20 @@ static inline void matmul_strided_batched(MatmulContext *ctx, void *out, int out
         MatmulCacheEntry *e = &ctx->cache[i];
         if (e->valid && e->m == M && e->n == N && e->k == K && e->trans_a == trans_a && e->trans_b == trans_b &&
             e->out_f32 == out_f32 && e->beta_nonzero == beta_nz && e->batch == batch && e->stride_a == stride_a &&
-            e->stride_b == stride_b && e->stride_out == stride_out) { hit = e; break; }
+            e->stride_b == stride_b && e->stride_out == stride_out && e->epi == epi) { hit = e; break; }
     }
-    if (hit && !hit->found) {  // known to be unsupported as one batched call
+    if (hit && !hit->found && epi == MATMUL_EPI_NONE) {  // known to be unsupported as one batched call
         for (int b = 0; b < batch; b++)
             matmul_strided_batched(ctx, (char *)out + (size_t)b * stride_out * osz, out_f32, 0,
                                    A + (size_t)b * stride_a, trans_a, 0, B + (size_t)b * stride_b, trans_b, 0, 1, M,
                                    N, K, alpha, beta, stream);
-        return;
+        return 0;
     }
-    // Column-major view: out^T [N, M] = op(B)^T [N, K] x op(A)^T [K, M].
-    cublasOperation_t opB = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t opA = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const int ldb = trans_b ? K : N, lda = trans_a ? M : K;  // leading dims of the buffers viewed column-major
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof(opB)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof(opA)));
-    cublasLtMatrixLayout_t lb, la, lc;
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lc, out_f32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
-    if (batch > 1) {
-        int32_t bc = batch;
-        int64_t sb = stride_b, sa = stride_a, so = stride_out;
-        cublasLtMatrixLayout_t lays[3] = {lb, la, lc};
-        int64_t strides[3] = {sb, sa, so};
-        for (int i = 0; i < 3; i++) {
-            cublasCheck(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
-            cublasCheck(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                         &strides[i], sizeof(strides[i])));
-        }
-    }
+    if (hit && !hit->found && epi != MATMUL_EPI_NONE) return 1;
+    MatmulDescs md;
+    matmul_descs_create(&md, M, N, K, trans_a, trans_b, out_f32, batch, stride_a, stride_b, stride_out, epi, mask);
+    cublasLtMatmulDesc_t desc = md.desc;
+    cublasLtMatrixLayout_t lb = md.lb, la = md.la, lc = md.lc;
     if (!hit) {
         cublasLtMatmulPreference_t pref;
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -109,35 +158,113 @@ static inline void matmul_strided_batched(MatmulContext *ctx, void *out, int out
         int found = 0;
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, lb, la, lc, lc, pref, 1, &res, &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        if (batch == 1 && (st != CUBLAS_STATUS_SUCCESS || found == 0))
+        if (batch == 1 && epi == MATMUL_EPI_NONE && (st != CUBLAS_STATUS_SUCCESS || found == 0))
             SLLM_FATAL("matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d trans_a=%d trans_b=%d out_f32=%d (%s)", M,
                        N, K, trans_a, trans_b, out_f32, cublasGetStatusString(st));
         hit = &ctx->cache[ctx->cache_next];
         ctx->cache_next = (ctx->cache_next + 1) % MATMUL_CACHE_SIZE;
         hit->m = M; hit->n = N; hit->k = K; hit->trans_a = trans_a; hit->trans_b = trans_b; hit->out_f32 = out_f32;
         hit->beta_nonzero = beta_nz; hit->batch = batch; hit->stride_a = stride_a; hit->stride_b = stride_b;
-        hit->stride_out = stride_out; hit->valid = 1;
+        hit->stride_out = stride_out; hit->valid = 1; hit->epi = epi;
         hit->found = (st == CUBLAS_STATUS_SUCCESS && found > 0);
         if (hit->found) hit->algo = res.algo;
     }
     if (hit->found)
         cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, B, lb, A, la, &beta, out, lc, out, lc, &hit->algo,
                                    ctx->workspace, ctx->workspace_size, stream));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lc));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    matmul_descs_destroy(&md);
+    if (!hit->found && epi != MATMUL_EPI_NONE) return 1;
     if (!hit->found)  // batched layout unsupported: plain calls (cached as such for next time)
         for (int b = 0; b < batch; b++)
             matmul_strided_batched(ctx, (char *)out + (size_t)b * stride_out * osz, out_f32, 0,
                                    A + (size_t)b * stride_a, trans_a, 0, B + (size_t)b * stride_b, trans_b, 0, 1, M,
                                    N, K, alpha, beta, stream);
+    return 0;
 }
 
 // Plain GEMM (see the top of the file).
 static inline void matmul(MatmulContext *ctx, void *out, int out_f32, const bf16 *A, int trans_a, const bf16 *B,
                           int trans_b, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     matmul_strided_batched(ctx, out, out_f32, 0, A, trans_a, 0, B, trans_b, 0, 1, M, N, K, alpha, beta, stream);
+}
+
+// out[M, N] = relu(A[M, K] @ W^T) (W [N, K], an nn.Linear weight) in bf16 plus the ReLU bit-mask (see matmul_lt;
+// mask holds M * N / 8 bytes). Returns 0, or 1 if cuBLASLt offers no algorithm for this epilogue (nothing ran).
+static inline int matmul_relu_mask(MatmulContext *ctx, bf16 *out, uint32_t *mask, const bf16 *A, const bf16 *W, int M,
+                                   int N, int K, cudaStream_t stream) {
+    return matmul_lt(ctx, out, 0, 0, A, 0, 0, W, 1, 0, 1, M, N, K, 1.0f, 0.0f, MATMUL_EPI_RELU_MASK, mask, stream);
+}
+
+// Opt-in autotuning of one batch-1 GEMM  out[M, N] = A[M, K] @ W^T (W [N, K]) with epilogue epi: times up to 16
+// algorithms that cuBLASLt's heuristic offers (one warm-up, then the median of `reps` runs each, on the caller's
+// buffers, which it overwrites) and caches the fastest, so later matmul / matmul_relu_mask calls of this shape use
+// it. Returns the number of algorithms timed (0: none, nothing changed); *first_ms = the heuristic's first choice,
+// *best_ms = the fastest. NOT called by default: the fastest algorithm can differ from run to run and two
+// algorithms may round differently, so tuned runs are reproducible only within one process.
+static inline int matmul_tune(MatmulContext *ctx, bf16 *out, const bf16 *A, const bf16 *W, int M, int N, int K, int epi,
+                              void *mask, int reps, cudaStream_t stream, float *first_ms, float *best_ms) {
+    if (reps < 1) reps = 1;
+    if (reps > 32) reps = 32;
+    MatmulDescs md;
+    matmul_descs_create(&md, M, N, K, 0, 1, 0, 1, 0, 0, 0, epi, mask);
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &ctx->workspace_size, sizeof(ctx->workspace_size)));
+    cublasLtMatmulHeuristicResult_t res[16];
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, md.desc, md.lb, md.la, md.lc, md.lc, pref, 16, res,
+                                                       &found);
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    int timed = 0, best = -1;
+    float bms = 0.0f;
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+        cudaEvent_t e0, e1;
+        cudaCheck(cudaEventCreate(&e0));
+        cudaCheck(cudaEventCreate(&e1));
+        const float alpha = 1.0f, beta = 0.0f;
+        for (int a = 0; a < found; a++) {
+            float t[32];
+            int ok = 1;
+            for (int r = -1; r < reps && ok; r++) {
+                cudaCheck(cudaEventRecord(e0, stream));
+                cublasStatus_t s2 = cublasLtMatmul(ctx->handle, md.desc, &alpha, W, md.lb, A, md.la, &beta, out, md.lc,
+                                                   out, md.lc, &res[a].algo, ctx->workspace, ctx->workspace_size, stream);
+                if (s2 != CUBLAS_STATUS_SUCCESS) { ok = 0; break; }  // this algorithm does not run here: skip it
+                cudaCheck(cudaEventRecord(e1, stream));
+                cudaCheck(cudaEventSynchronize(e1));
+                if (r >= 0) cudaCheck(cudaEventElapsedTime(&t[r], e0, e1));
+            }
+            if (!ok) continue;
+            for (int i = 1; i < reps; i++)  // insertion sort for the median
+                for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
+            const float med = t[reps / 2];
+            if (timed == 0 && first_ms) *first_ms = med;
+            if (best < 0 || med < bms) { best = a; bms = med; }
+            timed++;
+        }
+        cudaCheck(cudaEventDestroy(e0));
+        cudaCheck(cudaEventDestroy(e1));
+    }
+    matmul_descs_destroy(&md);
+    if (best >= 0) {
+        MatmulCacheEntry *hit = NULL;
+        for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
+            MatmulCacheEntry *e = &ctx->cache[i];
+            if (e->valid && e->m == M && e->n == N && e->k == K && e->trans_a == 0 && e->trans_b == 1 && !e->out_f32 &&
+                !e->beta_nonzero && e->batch == 1 && e->epi == epi) { hit = e; break; }
+        }
+        if (!hit) {
+            hit = &ctx->cache[ctx->cache_next];
+            ctx->cache_next = (ctx->cache_next + 1) % MATMUL_CACHE_SIZE;
+            memset(hit, 0, sizeof(*hit));
+            hit->m = M; hit->n = N; hit->k = K; hit->trans_b = 1; hit->batch = 1; hit->epi = epi; hit->valid = 1;
+        }
+        hit->found = 1;
+        hit->algo = res[best].algo;
+        if (best_ms) *best_ms = bms;
+    }
+    return timed;
 }
 
 #endif  // SLLM_MATMUL_CUH

@@ -16,9 +16,14 @@
 // TWELL_GATE_WGMMA_C2 / _PK / _C2PK (twell/gate_wgmma2.cuh): the same with 2-CTA clusters + Wg multicast,
 // and/or the pack moved to packer warps working on a staged tile while the consumers run the next tile.
 //
-// Variant TWELL_GATE_CUBLAS_PACK_OVERLAP (default): the same GEMMs and pack kernel, but the pack of
-// chunk i runs on a side stream while the GEMM of chunk i+1 runs (two scratch buffers); the packs fill
-// the GEMM's tail wave and launch gaps. Same output bit for bit (the pack is per row and tile).
+// Variant TWELL_GATE_CUBLAS_PACK_OVERLAP: the same GEMMs and pack kernel, but the pack of chunk i runs on
+// a side stream while the GEMM of chunk i+1 runs (two scratch buffers); the packs fill the GEMM's tail
+// wave and launch gaps. Same output bit for bit (the pack is per row and tile).
+//
+// Variant TWELL_GATE_CUBLAS_MASK: as the overlapped one, but each chunk's GEMM uses cuBLASLt's RELU_AUX
+// epilogue, which also writes a 1-bit-per-element mask of the positive products; twell_pack_mask_kernel
+// then reads F/8 bytes of mask per row and only the ~nnz flagged values instead of the whole 2F-byte row
+// (the full pack re-reads the GEMM's entire output: ~0.5 ms at M 65536). Same TwELL bit for bit.
 //
 // twell_pack_kernel: one warp per (row, tile); lane l holds columns 8l..8l+7 of the tile (one 16-byte
 // load), positive mask -> popc -> warp inclusive scan (shfl_up) gives each lane its first slot, so the
@@ -35,7 +40,8 @@
 typedef struct {
     unsigned long long nnz;  // sum over rows and tiles of the true count
     int n_ovf;               // number of overflow rows (entries valid in ovf_list)
-    int pad;
+    int sl_rows;             // of those: rows whose block did not fit the sliced up/down's slot area
+    long long pad;
 } TwellCounters;
 
 enum {
@@ -46,7 +52,9 @@ enum {
     TWELL_GATE_WGMMA_C2 = 3,    // + 2-CTA clusters, the Wg tile TMA-multicast to both CTAs
     TWELL_GATE_WGMMA_PK = 4,    // + packer warps on a staged bf16 tile (epilogue overlapped with the next mainloop)
     TWELL_GATE_WGMMA_C2PK = 5,  // both
-    TWELL_GATE_NUM_VARIANTS = 6,
+    TWELL_GATE_CUBLAS_MASK = 6,  // as CUBLAS_PACK_OVERLAP, but the GEMM also writes cuBLASLt's ReLU bit-mask and
+                                 // the pack reads the mask + the active values only (twell_pack_mask_kernel)
+    TWELL_GATE_NUM_VARIANTS = 7,
 };
 // The default gate. Stays the measured cuBLASLt path until a GPU run shows a wgmma variant faster at every
 // M (bench_ffn's "gates" lines) and test_twell passes for it: then flip TWELL_GATE_DEFAULT_WGMMA to 1 (or
@@ -61,11 +69,15 @@ enum {
 #if TWELL_GATE_DEFAULT_WGMMA
 #define TWELL_GATE_DEFAULT TWELL_GATE_WGMMA_BEST
 #else
-#define TWELL_GATE_DEFAULT TWELL_GATE_CUBLAS_PACK_OVERLAP
+#define TWELL_GATE_DEFAULT TWELL_GATE_CUBLAS_MASK
 #endif
+// Rows per gate chunk (GEMM + pack) of a new workspace. Measured (H200, M 65536, F 5632): the mask gate is
+// fastest at 16384-32768 (2.37-2.47 ms), 8192 costs ~0.03-0.1 ms more; the full-pack overlap is slowest at
+// every size (2.63-2.80 ms).
+#define TWELL_GATE_DEFAULT_CHUNK 16384
 
 // 1 for the Hopper-only variants (one persistent kernel, no chunks, no scratch).
-static inline int twell_gate_is_wgmma(int v) { return v >= TWELL_GATE_WGMMA && v < TWELL_GATE_NUM_VARIANTS; }
+static inline int twell_gate_is_wgmma(int v) { return v >= TWELL_GATE_WGMMA && v <= TWELL_GATE_WGMMA_C2PK; }
 
 static inline const char *twell_gate_variant_name(int v) {
     switch (v) {
@@ -75,6 +87,7 @@ static inline const char *twell_gate_variant_name(int v) {
     case TWELL_GATE_WGMMA_C2: return "wgmma_c2";
     case TWELL_GATE_WGMMA_PK: return "wgmma_pk";
     case TWELL_GATE_WGMMA_C2PK: return "wgmma_c2pk";
+    case TWELL_GATE_CUBLAS_MASK: return "cublas_mask";
     default: return "?";
     }
 }
@@ -160,15 +173,123 @@ static inline void twell_pack_launch(const bf16 *dense, int rows, int row0, int 
     cudaCheckLaunch();
 }
 
+// Pack from the ReLU bit-mask: dense = relu'd gate rows (bf16 [rows, F]), mask = cuBLASLt's bit-mask of the same
+// rows (uint32 [rows, F/32]; bit n % 32 of word n / 32 set where the product was positive). Reads the mask
+// (F/8 bytes per row) and only the flagged values, instead of the whole bf16 row. A flagged value must also be
+// > 0 after rounding to bf16 to be stored (the TwELL rule), so a mask bit on a value that rounds to +0 changes
+// nothing; a positive value without a mask bit would be lost -- test_twell checks that cuBLASLt's mask agrees
+// with the values bit for bit (TWELL_GATE_CUBLAS_MASK against the CPU packer).
+// One warp per (row, 4 tiles): lane l reads mask word l % 8 of tile 4q + l / 8 (32 columns), the 8 lanes of a
+// tile form their slots by a segmented scan (column order, no atomics: deterministic), as twell_pack_kernel.
+__global__ void __launch_bounds__(TWELL_PACK_THREADS)
+twell_pack_mask_kernel(const bf16 *__restrict__ dense, const uint32_t *__restrict__ mask, int rows, int row0, int F,
+                       int words, uint32_t *__restrict__ tw, int *__restrict__ ovf_flag, int *__restrict__ ovf_list,
+                       TwellCounters *__restrict__ counters) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & 7;
+    const int tiles = F / TWELL_TILE, quads = (tiles + 3) / 4, slots = words - 1, row_words = tiles * words;
+    const long long items = (long long)rows * quads;
+    const long long wstride = (long long)gridDim.x * (TWELL_PACK_THREADS / 32);
+    unsigned long long my_nnz = 0;
+    for (long long it = (long long)blockIdx.x * (TWELL_PACK_THREADS / 32) + warp; it < items; it += wstride) {
+        const int r = (int)(it / quads), t = (int)(it - (long long)r * quads) * 4 + (lane >> 3);
+        const bool valid = t < tiles;  // uniform per 8-lane segment
+        const uint32_t m = valid ? __ldcs(mask + (size_t)r * (F / 32) + (size_t)t * 8 + sub) : 0u;
+        const bf16 *drow = dense + (size_t)r * F + (size_t)t * TWELL_TILE + sub * 32;
+        uint32_t vm = 0;
+        for (uint32_t mm = m; mm; mm &= mm - 1) {  // a few set bits per lane (sparse rows), up to 32 (dense rows)
+            const int b = __ffs(mm) - 1;
+            if (__bfloat162float(drow[b]) > 0.0f) vm |= 1u << b;
+        }
+        const int c = __popc(vm);
+        int incl = c;
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) {
+            const int n = __shfl_up_sync(0xffffffffu, incl, o, 8);
+            if (sub >= o) incl += n;
+        }
+        const int total = __shfl_sync(0xffffffffu, incl, 7, 8);
+        if (valid) {
+            uint32_t *out = tw + (size_t)(row0 + r) * row_words + (size_t)t * words;
+            int k = incl - c;
+            for (uint32_t mm = vm; mm && k < slots; mm &= mm - 1, k++) {  // second read of the values: L1 hits
+                const int b = __ffs(mm) - 1;
+                out[1 + k] = ((uint32_t)__bfloat16_as_ushort(drow[b]) << 16) | (uint32_t)(sub * 32 + b);
+            }
+            const int used = total < slots ? total : slots;
+            for (int w = sub; w < words; w += 8) {
+                if (w == 0) out[0] = (uint32_t)total;
+                else if (w > used) out[w] = 0u;
+            }
+            if (sub == 0) {
+                my_nnz += (unsigned long long)total;
+                if (total > slots && atomicExch(&ovf_flag[row0 + r], 1) == 0) {
+                    int pos = atomicAdd(&counters->n_ovf, 1);
+                    ovf_list[pos] = row0 + r;
+                }
+            }
+        }
+    }
+    __shared__ unsigned long long s_nnz[TWELL_PACK_THREADS / 32];
+    unsigned long long wsum = my_nnz;
+#pragma unroll
+    for (int o = 8; o < 32; o <<= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
+    if (lane == 0) s_nnz[warp] = wsum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long s = 0;
+        for (int i = 0; i < TWELL_PACK_THREADS / 32; i++) s += s_nnz[i];
+        if (s) atomicAdd(&counters->nnz, s);
+    }
+}
+
+static inline void twell_pack_mask_launch(const bf16 *dense, const uint32_t *mask, int rows, int row0, int F, int C,
+                                          uint32_t *tw, int *ovf_flag, int *ovf_list, TwellCounters *counters,
+                                          cudaStream_t stream) {
+    if (rows <= 0) return;
+    long long items = (long long)rows * ((F / TWELL_TILE + 3) / 4);
+    long long blocks = CEIL_DIV(items, TWELL_PACK_THREADS / 32);
+    int dev = 0, sms = 132;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (blocks > (long long)sms * 16) blocks = (long long)sms * 16;
+    twell_pack_mask_kernel<<<(int)blocks, TWELL_PACK_THREADS, 0, stream>>>(dense, mask, rows, row0, F, TWELL_TILE / C,
+                                                                          tw, ovf_flag, ovf_list, counters);
+    cudaCheckLaunch();
+}
+
+// One chunk of the cuBLASLt gate: the GEMM (with the bit-mask epilogue when mask != NULL and cuBLASLt has an
+// algorithm for it; else the plain GEMM, *mask_failed set) into scratch, then the matching pack.
+static inline void twell_gate_chunk(MatmulContext *mm, const bf16 *X, const bf16 *W, int rows, int r0, int D, int F,
+                                    int C, bf16 *scratch, uint32_t *mask, int *mask_failed, uint32_t *tw,
+                                    int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t gemm_stream,
+                                    cudaStream_t pack_stream, cudaEvent_t gemm_done) {
+    const bf16 *x = X + (size_t)r0 * D;
+    int use_mask = mask && !*mask_failed;
+    if (use_mask && matmul_relu_mask(mm, scratch, mask, x, W, rows, F, D, gemm_stream) != 0) {
+        *mask_failed = 1;
+        use_mask = 0;
+        fprintf(stderr, "warning: twell: cuBLASLt has no algorithm for the ReLU bit-mask epilogue (M=%d F=%d D=%d): "
+                        "the gate falls back to the plain GEMM + full pack\n", rows, F, D);
+    }
+    if (!use_mask) matmul(mm, scratch, 0, x, 0, W, 1, rows, F, D, 1.0f, 0.0f, gemm_stream);
+    if (gemm_done) {
+        cudaCheck(cudaEventRecord(gemm_done, gemm_stream));
+        cudaCheck(cudaStreamWaitEvent(pack_stream, gemm_done, 0));
+    }
+    if (use_mask) twell_pack_mask_launch(scratch, mask, rows, r0, F, C, tw, ovf_flag, ovf_list, counters, pack_stream);
+    else twell_pack_launch(scratch, rows, r0, F, C, tw, ovf_flag, ovf_list, counters, pack_stream);
+}
+
 // Robust gate: cuBLASLt GEMM in chunks into scratch [chunk_rows, F] bf16, then pack. The caller has
 // zeroed ovf_flag[0..M) and *counters on this stream.
 static inline void twell_gate_cublas_pack(MatmulContext *mm, const bf16 *X, const bf16 *W, int M, int D, int F, int C,
                                           bf16 *scratch, int chunk_rows, uint32_t *tw, int *ovf_flag, int *ovf_list,
                                           TwellCounters *counters, cudaStream_t stream) {
+    int no_mask = 1;
     for (int r0 = 0; r0 < M; r0 += chunk_rows) {
         int rows = M - r0 < chunk_rows ? M - r0 : chunk_rows;
-        matmul(mm, scratch, 0, X + (size_t)r0 * D, 0, W, 1, rows, F, D, 1.0f, 0.0f, stream);
-        twell_pack_launch(scratch, rows, r0, F, C, tw, ovf_flag, ovf_list, counters, stream);
+        twell_gate_chunk(mm, X, W, rows, r0, D, F, C, scratch, NULL, &no_mask, tw, ovf_flag, ovf_list, counters, stream,
+                         stream, NULL);
     }
 }
 
@@ -180,20 +301,21 @@ static inline void twell_gate_cublas_pack(MatmulContext *mm, const bf16 *X, cons
 // `stream` waits for every pack, so the result is ordered on `stream` like the serial variant. The
 // pack writes only disjoint rows of tw; ovf_flag/ovf_list/counters use atomics, so packs of two
 // chunks may even run concurrently. Capturable in a CUDA graph (event fork/join).
+// mask (NULL: plain GEMM + full pack): two bit-mask buffers [chunk_rows, F/32] for TWELL_GATE_CUBLAS_MASK;
+// *mask_failed is set (and the plain path used) if cuBLASLt offers no algorithm for the mask epilogue.
 static inline void twell_gate_cublas_pack_overlap(MatmulContext *mm, const bf16 *X, const bf16 *W, int M, int D, int F,
-                                                  int C, bf16 *const scratch[2], int chunk_rows, uint32_t *tw,
-                                                  int *ovf_flag, int *ovf_list, TwellCounters *counters,
-                                                  cudaStream_t stream, cudaStream_t pack_stream,
-                                                  cudaEvent_t ev_gemm[2], cudaEvent_t ev_pack[2]) {
+                                                  int C, bf16 *const scratch[2], uint32_t *const mask[2],
+                                                  int *mask_failed, int chunk_rows, uint32_t *tw, int *ovf_flag,
+                                                  int *ovf_list, TwellCounters *counters, cudaStream_t stream,
+                                                  cudaStream_t pack_stream, cudaEvent_t ev_gemm[2],
+                                                  cudaEvent_t ev_pack[2]) {
     int used[2] = {0, 0};
     for (int i = 0, r0 = 0; r0 < M; i++, r0 += chunk_rows) {
         const int b = i & 1;
         const int rows = M - r0 < chunk_rows ? M - r0 : chunk_rows;
         if (used[b]) cudaCheck(cudaStreamWaitEvent(stream, ev_pack[b], 0));  // buffer b free again
-        matmul(mm, scratch[b], 0, X + (size_t)r0 * D, 0, W, 1, rows, F, D, 1.0f, 0.0f, stream);
-        cudaCheck(cudaEventRecord(ev_gemm[b], stream));
-        cudaCheck(cudaStreamWaitEvent(pack_stream, ev_gemm[b], 0));
-        twell_pack_launch(scratch[b], rows, r0, F, C, tw, ovf_flag, ovf_list, counters, pack_stream);
+        twell_gate_chunk(mm, X, W, rows, r0, D, F, C, scratch[b], mask ? mask[b] : NULL, mask_failed, tw, ovf_flag,
+                         ovf_list, counters, stream, pack_stream, ev_gemm[b]);
         cudaCheck(cudaEventRecord(ev_pack[b], pack_stream));
         used[b] = 1;
     }

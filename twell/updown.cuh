@@ -208,7 +208,9 @@ enum {
     TWELL_UPDOWN_256_G2 = 11,
     TWELL_UPDOWN_32_G1 = 12,        // one warp per token (the paper's shape; many registers)
     TWELL_UPDOWN_256_G1 = 13,
-    TWELL_UPDOWN_NUM_VARIANTS = 14,
+    TWELL_UPDOWN_SLICED = 14,       // twell/sliced.cuh (D-sliced, tensor cores): needs the FFN workspace, run
+                                    // through twell_ffn_updown; AUTO picks it there when the shape fits
+    TWELL_UPDOWN_NUM_VARIANTS = 15,
 };
 #define TWELL_UPDOWN_DEFAULT TWELL_UPDOWN_128_G2
 
@@ -230,6 +232,7 @@ static inline TwellUpdownVariantInfo twell_updown_variant_info(int v) {
     case TWELL_UPDOWN_256_G2: return {256, 2, 0, "nt256_g2"};
     case TWELL_UPDOWN_32_G1: return {32, 1, 0, "nt32_g1"};
     case TWELL_UPDOWN_256_G1: return {256, 1, 0, "nt256_g1"};
+    case TWELL_UPDOWN_SLICED: return {0, 0, 0, "sliced"};
     default: return {-1, 0, 0, "?"};
     }
 }
@@ -237,8 +240,10 @@ static inline TwellUpdownVariantInfo twell_updown_variant_info(int v) {
 static inline const char *twell_updown_variant_name(int v) { return twell_updown_variant_info(v).name; }
 
 // 1 if variant v (AUTO resolved) can run with this D (D % 8 == 0, D <= 8192 assumed).
+// (TWELL_UPDOWN_SLICED: D % 64 == 0 here; F and shared memory are checked by twell_sliced_supports.)
 static inline int twell_updown_variant_supports(int v, int D) {
     if (v == TWELL_UPDOWN_AUTO) v = TWELL_UPDOWN_DEFAULT;
+    if (v == TWELL_UPDOWN_SLICED) return D % 64 == 0;
     TwellUpdownVariantInfo in = twell_updown_variant_info(v);
     return in.nt > 0 && D <= in.nt * 64;
 }
@@ -314,6 +319,11 @@ static inline int twell_updown_launch_g(int variant, const uint32_t *tw, const b
     if (variant < 0 || variant >= TWELL_UPDOWN_NUM_VARIANTS) {
         fprintf(stderr, "error: twell_updown: unknown variant %d (expected 0..%d)\n", variant,
                 TWELL_UPDOWN_NUM_VARIANTS - 1);
+        return TWELL_ERR_ARG;
+    }
+    if (variant == TWELL_UPDOWN_SLICED) {
+        fprintf(stderr, "error: twell_updown: the sliced variant needs its workspace: run it through twell_ffn_updown "
+                        "(twell/ffn.cuh) or twell_sliced_updown (twell/sliced.cuh)\n");
         return TWELL_ERR_ARG;
     }
     if (!twell_updown_variant_supports(variant, D)) {

@@ -6,11 +6,14 @@
 //   Shapes: F % 256 == 0, D % 64 == 0, D <= 8192, 1 <= M <= max_M of the workspace; pointers 16-byte
 //   aligned. Anything else returns TWELL_ERR_* with a message naming the constraint, Y untouched.
 //
-// Sparse path: (1) gate -> TwELL (twell/gate.cuh), (2) fused up+down on every non-overflow row
-// (twell/updown.cuh), (3) overflow rows (a tile with more non-zeros than slots) gathered and computed
-// by the dense FFN (twell/dense_ffn.cuh) and scattered back. The number of overflow rows and the mean
-// number of active gates come back in TwellFFNResult. One host sync per sparse call (to size the
-// fallback GEMMs by the device overflow count); it overlaps the up/down kernel.
+// Sparse path: (1) gate -> TwELL (twell/gate.cuh; default: cuBLASLt GEMM with the ReLU bit-mask epilogue +
+// the mask pack, 16384-row chunks), (2) up+down on every non-overflow row (default: the fused token-major
+// kernel of twell/updown.cuh; selectable: the D-sliced tensor-core one of twell/sliced.cuh, whose blocks
+// that do not fit its slot area join the overflow rows), (3) overflow rows (a tile with more non-zeros than
+// slots) gathered and computed by the dense FFN (twell/dense_ffn.cuh) and scattered back. The number of
+// overflow rows and the mean number of active gates come back in TwellFFNResult. One host sync per sparse
+// call (to size the fallback GEMMs by the device overflow count); it overlaps the up/down kernel.
+// twell_ffn_tune_gate (opt-in) picks the fastest cuBLASLt algorithm for the gate GEMM (~10-20% faster GEMM).
 //
 // Dense path: cuBLASLt gate and up GEMMs, relu*mul, down GEMM (chunks of dense_chunk_rows rows).
 //
@@ -23,7 +26,8 @@
 //
 // Options (all selectable, all covered by test_twell, all timed by dev/bench/bench_ffn.cu):
 //   ws->gate_variant (TWELL_GATE_*), twell_ffn_set_gate_chunk, ws->updown_variant (TWELL_UPDOWN_*),
-//   twell_ffn_set_interleaved (weights [F, 2, D]), twell_ffn_set_l2_persist (L2 window on the weights).
+//   twell_ffn_set_sliced_capacity, twell_ffn_tune_gate, twell_ffn_set_interleaved (weights [F, 2, D]),
+//   twell_ffn_set_l2_persist (L2 window on the weights).
 #ifndef SLLM_TWELL_FFN_CUH
 #define SLLM_TWELL_FFN_CUH
 
@@ -36,6 +40,7 @@
 #include "twell/gate.cuh"
 #include "twell/gate_wgmma.cuh"
 #include "twell/gate_wgmma2.cuh"
+#include "twell/sliced.cuh"
 #include "twell/updown.cuh"
 
 // Dispatch cost model (AUTO), in units of the dense FFN time on the same rows:
@@ -45,12 +50,11 @@
 // ~margin). Crossover nnz* = (1 - s0) / s1. twell_ffn_calibrate() measures s0 and s1 on the caller's
 // own data and GPU (recommended once at start-up); the defaults below are used until then.
 // Defaults: H200, D 2048, F 5632, M 65536, the MEASURED least-squares fit of bench_ffn (uniform rows,
-// nnz <= 160) with the current defaults (overlapped cuBLASLt gate in 8192-row chunks, up/down nt128_g2):
-// s0 0.4314, s1 0.008837 -> crossover 64 (the earlier static 0.44 / 0.007 predicted 80; the first code
-// measured 0.565 / 0.0081 -> 54). Refresh from bench_ffn's "fitted model" line after kernel changes (with
-// a wgmma gate as the default: its "fitted model ... with gate" line).
-#define TWELL_DISPATCH_S0 0.4314
-#define TWELL_DISPATCH_S1 0.008837
+// nnz <= 160) with the current defaults (bit-mask gate in 16384-row chunks, untuned; up/down nt128_g2):
+// s0 0.4307, s1 0.008136 -> crossover 70 (run 19 of dev/RESULTS.md; with the overlapped full-pack gate it was
+// 0.4314 / 0.008837 -> 64). Refresh from bench_ffn's "fitted model" line after kernel changes.
+#define TWELL_DISPATCH_S0 0.4307
+#define TWELL_DISPATCH_S1 0.008136
 #define TWELL_DISPATCH_FOVF 1.2
 #define TWELL_DISPATCH_MARGIN 0.03
 
@@ -65,6 +69,9 @@ typedef struct {
     int path;            // TWELL_PATH_DENSE or TWELL_PATH_SPARSE: the path that ran
     int n_overflow;      // sparse path: rows computed by the dense fallback; dense path: -1 (not measured)
     double mean_nnz;     // sparse path: mean active gates per token of this call; dense: -1 (read next call)
+    int updown;          // sparse path: the up/down variant that ran (TWELL_UPDOWN_*)
+    int sliced_rows;     // sparse path, sliced up/down: rows of blocks that did not fit its slot area (computed by
+                         // the dense fallback, included in n_overflow)
 } TwellFFNResult;
 
 typedef struct {
@@ -93,6 +100,14 @@ typedef struct {
     cudaEvent_t dense_nnz_ready;
     int dense_nnz_pending, dense_nnz_pending_M;
     bf16 *gate_scratch[2];        // 2 x [gate_scratch_rows, F] (the serial variant uses [0])
+    uint32_t *gate_mask[2];       // 2 x [gate_scratch_rows, F/32]: ReLU bit-masks of TWELL_GATE_CUBLAS_MASK
+    int gate_mask_failed;         // cuBLASLt had no algorithm for the mask epilogue: the plain GEMM is used
+    // Sliced up/down (twell/sliced.cuh): created when the shape fits (sl_ok), AUTO's up/down then.
+    TwellSlicedWS sl;             // allocated on the first sliced call (sl.rec_up != NULL), ~0.8 GB at max_M 65536
+    int sl_ok;                    // the shape fits the sliced up/down
+    int sl_slots_per_token;       // its capacity (0: the default)
+    long long sl_rows_total;      // rows the sliced up/down sent to the dense fallback, over all calls
+    int last_updown;              // the up/down variant of the last sparse call
     cudaStream_t pack_stream;     // side stream of the overlapped gate (non-blocking)
     cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
@@ -122,7 +137,7 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->max_M = max_M; ws->D = D; ws->F = F; ws->C = C; ws->gated = gated ? 1 : 0;
     ws->gate_variant = TWELL_GATE_DEFAULT;
     ws->updown_variant = TWELL_UPDOWN_AUTO;
-    ws->gate_chunk_rows = 8192;
+    ws->gate_chunk_rows = TWELL_GATE_DEFAULT_CHUNK;
     ws->model.s0 = TWELL_DISPATCH_S0;
     ws->model.s1 = TWELL_DISPATCH_S1;
     ws->model.fovf = TWELL_DISPATCH_FOVF;
@@ -144,9 +159,11 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     cudaCheck(cudaEventCreateWithFlags(&ws->dense_nnz_ready, cudaEventDisableTiming));
     for (int b = 0; b < 2; b++) {
         cudaCheck(cudaMalloc(&ws->gate_scratch[b], sizeof(bf16) * (size_t)gcr * F));
+        cudaCheck(cudaMalloc(&ws->gate_mask[b], sizeof(uint32_t) * (size_t)gcr * (F / 32)));
         cudaCheck(cudaEventCreateWithFlags(&ws->ev_gemm[b], cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&ws->ev_pack[b], cudaEventDisableTiming));
     }
+    ws->sl_ok = twell_sliced_supports(D, F, gated, NULL, 0);  // its buffers are allocated on first use
     cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
     size_t cr = (size_t)ws->dense.chunk_rows;
     cudaCheck(cudaMalloc(&ws->dense.xg, sizeof(bf16) * cr * D));
@@ -168,12 +185,30 @@ static inline int twell_ffn_set_gate_chunk(TwellFFNWorkspace *ws, int rows) {
         cudaCheck(cudaDeviceSynchronize());
         for (int b = 0; b < 2; b++) {
             cudaCheck(cudaFree(ws->gate_scratch[b]));
+            cudaCheck(cudaFree(ws->gate_mask[b]));
             cudaCheck(cudaMalloc(&ws->gate_scratch[b], sizeof(bf16) * (size_t)rows * ws->F));
+            cudaCheck(cudaMalloc(&ws->gate_mask[b], sizeof(uint32_t) * (size_t)rows * (ws->F / 32)));
         }
         ws->gate_scratch_rows = rows;
     }
     ws->gate_chunk_rows = rows;
     return TWELL_OK;
+}
+
+// Re-creates the sliced up/down's buffers with slots_per_token slots per token (<= 0: the default, 96; see
+// twell_sliced_create): a block of 8 tokens needing more goes to the dense fallback (counted in
+// TwellFFNResult.sliced_rows and ws->sl_rows_total). Synchronizes the device. TWELL_ERR_SHAPE if the shape has
+// no sliced path.
+static inline int twell_ffn_set_sliced_capacity(TwellFFNWorkspace *ws, int slots_per_token) {
+    if (!ws->sl_ok) {
+        fprintf(stderr, "error: twell_ffn_set_sliced_capacity: this workspace (D=%d F=%d) has no sliced up/down\n",
+                ws->D, ws->F);
+        return TWELL_ERR_SHAPE;
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    twell_sliced_free(&ws->sl);
+    ws->sl_slots_per_token = slots_per_token;
+    return twell_sliced_create(&ws->sl, ws->max_M, ws->D, ws->F, ws->C, ws->gated, slots_per_token);
 }
 
 // Uses Wi ([F, 2, D] from twell_interleave_weights; NULL = off) for the sparse up/down.
@@ -242,8 +277,10 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
     cudaCheck(cudaFree(ws->counters)); cudaCheck(cudaFreeHost(ws->counters_host));
     cudaCheck(cudaFree(ws->dense_nnz)); cudaCheck(cudaFreeHost(ws->dense_nnz_host));
     cudaCheck(cudaEventDestroy(ws->dense_nnz_ready));
+    twell_sliced_free(&ws->sl);
     for (int b = 0; b < 2; b++) {
         cudaCheck(cudaFree(ws->gate_scratch[b]));
+        cudaCheck(cudaFree(ws->gate_mask[b]));
         cudaCheck(cudaEventDestroy(ws->ev_gemm[b]));
         cudaCheck(cudaEventDestroy(ws->ev_pack[b]));
     }
@@ -257,9 +294,37 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
 // The sparse up/down of the FFN on ws->tw (interleaved weights and the L2 window as configured).
 // Wu may be NULL when !gated. The L2 window is a launch attribute of the up/down kernel only;
 // persisting lines are reset by twell_ffn_forward after its sync (cudaCtxResetPersistingL2Cache).
+// The up/down variant a call runs: AUTO = TWELL_UPDOWN_DEFAULT, the fastest measured (the token-major kernel; the
+// sliced one is selectable: slower at the paper's shapes on uniform patterns, see twell/NOTES.md).
+static inline int twell_ffn_updown_resolve(const TwellFFNWorkspace *ws) {
+    if (ws->updown_variant == TWELL_UPDOWN_AUTO) return TWELL_UPDOWN_DEFAULT;
+    return ws->updown_variant;
+}
+
+// 1 if variant v can run on this workspace (the test and benchmark loops use it).
+static inline int twell_ffn_updown_supports(const TwellFFNWorkspace *ws, int v) {
+    if (v == TWELL_UPDOWN_SLICED) return ws->sl_ok;
+    return twell_updown_variant_supports(v, ws->D);
+}
+
 static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
                                    int M, cudaStream_t stream) {
     const int D = ws->D, F = ws->F;
+    const int variant = twell_ffn_updown_resolve(ws);
+    ws->last_updown = variant;
+    if (variant == TWELL_UPDOWN_SLICED) {
+        if (!ws->sl_ok) {
+            fprintf(stderr, "error: twell: the sliced up/down does not take this shape (D=%d F=%d): see "
+                            "twell_sliced_supports\n", D, F);
+            return TWELL_ERR_SHAPE;
+        }
+        if (!ws->sl.rec_up) {  // first sliced call: allocate (synchronizes the device once)
+            int e = twell_sliced_create(&ws->sl, ws->max_M, D, F, ws->C, ws->gated, ws->sl_slots_per_token);
+            if (e) return e;
+        }
+        return twell_sliced_updown(&ws->sl, ws->tw, ws->ovf_flag, ws->ovf_list, &ws->counters->n_ovf,
+                                   &ws->counters->sl_rows, X, ws->gated ? Wu : NULL, WdT, Y, M, stream);
+    }
     const bf16 *wu = Wu, *wd = WdT;
     int ldw = D;
     if (ws->Wi) { wu = ws->Wi; wd = ws->Wi + D; ldw = 2 * D; }
@@ -289,7 +354,7 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
         win.missProp = cudaAccessPropertyStreaming;
     }
     int win_failed = 0;
-    int e = twell_updown_launch(ws->updown_variant, ws->gated, ws->tw, X, wu, wd, ldw, Y, M, D, F, ws->C, stream,
+    int e = twell_updown_launch(variant, ws->gated, ws->tw, X, wu, wd, ldw, Y, M, D, F, ws->C, stream,
                                 ws->l2_persist ? &win : NULL, &win_failed);
     if (win_failed) twell_ffn_set_l2_persist(ws, 0);
     return e;
@@ -333,9 +398,11 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
                                ws->ovf_flag, ws->ovf_list, ws->counters, stream);
         return TWELL_OK;
     case TWELL_GATE_CUBLAS_PACK_OVERLAP:
-        twell_gate_cublas_pack_overlap(mm, X, W, M, ws->D, ws->F, ws->C, ws->gate_scratch, ws->gate_chunk_rows, ws->tw,
-                                       ws->ovf_flag, ws->ovf_list, ws->counters, stream, ws->pack_stream, ws->ev_gemm,
-                                       ws->ev_pack);
+    case TWELL_GATE_CUBLAS_MASK:
+        twell_gate_cublas_pack_overlap(mm, X, W, M, ws->D, ws->F, ws->C, ws->gate_scratch,
+                                       variant == TWELL_GATE_CUBLAS_MASK ? ws->gate_mask : NULL, &ws->gate_mask_failed,
+                                       ws->gate_chunk_rows, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters, stream,
+                                       ws->pack_stream, ws->ev_gemm, ws->ev_pack);
         return TWELL_OK;
     case TWELL_GATE_WGMMA:
         return twell_gate_wgmma_launch(X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters,
@@ -350,6 +417,31 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
                 TWELL_GATE_NUM_VARIANTS - 1);
         return TWELL_ERR_ARG;
     }
+}
+
+// Opt-in: times cuBLASLt's candidate algorithms for this workspace's gate GEMM (the chunk shapes of M rows; with
+// the bit-mask epilogue for TWELL_GATE_CUBLAS_MASK) on X and W1 (the gate weight, or the up weight when non-gated)
+// and keeps the fastest for the later calls (matmul_tune: reproducible within one process only, so it is not
+// done by default). Overwrites the gate scratch. *first_ms / *best_ms (may be NULL): the heuristic's first choice
+// and the fastest, for the full-size chunk. Returns TWELL_OK, or an error for a bad M.
+static inline int twell_ffn_tune_gate(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *W1, int M,
+                                      int reps, float *first_ms, float *best_ms) {
+    if (M < 1 || M > ws->max_M) {
+        fprintf(stderr, "error: twell_ffn_tune_gate: M=%d must be in [1, max_M=%d]\n", M, ws->max_M);
+        return TWELL_ERR_WORKSPACE;
+    }
+    const int mask = ws->gate_variant == TWELL_GATE_CUBLAS_MASK && !ws->gate_mask_failed;
+    const int c = ws->gate_chunk_rows < M ? ws->gate_chunk_rows : M, rest = M % c;
+    for (int k = 0; k < (rest ? 2 : 1); k++) {
+        float f = 0.0f, b = 0.0f;
+        matmul_tune(mm, ws->gate_scratch[0], X, W1, k ? rest : c, ws->F, ws->D, mask ? MATMUL_EPI_RELU_MASK : MATMUL_EPI_NONE,
+                    mask ? ws->gate_mask[0] : NULL, reps, 0, &f, &b);
+        if (k == 0) {
+            if (first_ms) *first_ms = f;
+            if (best_ms) *best_ms = b;
+        }
+    }
+    return TWELL_OK;
 }
 
 // Predicted sparse / dense time ratio of the model (see TWELL_DISPATCH_*).
@@ -438,6 +530,9 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         }
         const int n_ovf = ws->counters_host->n_ovf;
         if (n_ovf < 0 || n_ovf > M) SLLM_FATAL("twell: device overflow count %d out of range [0, %d]", n_ovf, M);
+        r.updown = ws->last_updown;
+        r.sliced_rows = ws->counters_host->sl_rows;
+        ws->sl_rows_total += r.sliced_rows;
         if (n_ovf > 0)
             twell_dense_ffn(mm, &ws->dense, ws->gated, X, Wg, Wu, WdT, Y, ws->ovf_list, n_ovf, ws->D, ws->F, NULL,
                             stream);

@@ -14,13 +14,6 @@
 // columns in tile 0, S2 = S+1 in the last tile (overflow by one), S3 = S in every tile (largest row that
 // fits), S4 = one per tile plus all 256 of tile 0 (overflow).
 // Up / down weights are random floats (bf16-rounded); the reference is float64 on the same bf16 values.
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-extern "C" {
-#include <cmocka.h>
-}
 #include <math.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,10 +21,19 @@ extern "C" {
 #include <algorithm>
 #include <vector>
 
+// The project headers (CUB, <ios>) before cmocka: cmocka's fail() macro would clash with std::ios::fail().
 #include "cuda_common.cuh"
 #include "matmul.cuh"
 #include "rng.h"
 #include "twell/ffn.cuh"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
 
 static uint64_t g_seed;
 static MatmulContext g_mm;
@@ -269,8 +271,10 @@ static TwellFFNResult check_ffn(Problem *P, TwellFFNWorkspace *ws, TwellPath pat
         }
     }
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    printf("    %s M=%d D=%d F=%d C=%d gated=%d: path %s, overflow rows %d, rel err %.2e\n", what, P->M, P->D, P->F,
-           P->C, P->gated, res.path == TWELL_PATH_SPARSE ? "sparse" : "dense", res.n_overflow, rel);
+    printf("    %s M=%d D=%d F=%d C=%d gated=%d: path %s (%s), overflow rows %d (%d from sliced blocks), rel err %.2e\n",
+           what, P->M, P->D, P->F, P->C, P->gated, res.path == TWELL_PATH_SPARSE ? "sparse" : "dense",
+           res.path == TWELL_PATH_SPARSE ? twell_updown_variant_name(res.updown) : "-", res.n_overflow,
+           res.path == TWELL_PATH_SPARSE ? res.sliced_rows : 0, rel);
     if (bad_rows) fail_msg("%s: %d rows with rel err > 3e-2", what, bad_rows);
     if (!(rel < 1e-2)) fail_msg("%s: rel err %.3e >= 1e-2", what, rel);
     return res;
@@ -307,7 +311,7 @@ static void run_shapes(int gated) {
         int want_ovf = count_ovf_rows(&P);
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse");
         assert_int_equal(r.path, TWELL_PATH_SPARSE);
-        assert_int_equal(r.n_overflow, want_ovf);
+        assert_int_equal(r.n_overflow - r.sliced_rows, want_ovf);
         assert_true(want_ovf > 0);  // the mix always contains overflow rows
         r = check_ffn(&P, &ws, TWELL_PATH_DENSE, -1, "dense");
         assert_int_equal(r.path, TWELL_PATH_DENSE);
@@ -318,7 +322,7 @@ static void run_shapes(int gated) {
         ws.gate_variant = TWELL_GATE_DEFAULT;
         // Every up/down variant that takes this D.
         for (int v = 1; v < TWELL_UPDOWN_NUM_VARIANTS; v++) {
-            if (!twell_updown_variant_supports(v, sh.D)) continue;
+            if (!twell_ffn_updown_supports(&ws, v)) continue;
             ws.updown_variant = v;
             char name[64];
             snprintf(name, sizeof name, "sparse/%s", twell_updown_variant_name(v));
@@ -342,10 +346,11 @@ static void run_shapes(int gated) {
                 }
         }
         assert_int_equal(twell_ffn_set_interleaved(&ws, dWi), TWELL_OK);
+        ws.updown_variant = TWELL_UPDOWN_DEFAULT;  // interleaving and the L2 window are token-major options
         check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/interleaved");
         ws.updown_variant = TWELL_UPDOWN_128_G4;
         check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/interleaved/nt128_g4");
-        ws.updown_variant = TWELL_UPDOWN_AUTO;
+        ws.updown_variant = TWELL_UPDOWN_DEFAULT;
         // L2 persistence window (with and without interleaving); the limit is restored afterwards.
         size_t limit_before = 0;
         cudaCheck(cudaDeviceGetLimit(&limit_before, cudaLimitPersistingL2CacheSize));
@@ -359,6 +364,7 @@ static void run_shapes(int gated) {
         size_t limit_after = 0;
         cudaCheck(cudaDeviceGetLimit(&limit_after, cudaLimitPersistingL2CacheSize));
         assert_true(limit_after == limit_before);
+        ws.updown_variant = TWELL_UPDOWN_AUTO;
         cudaCheck(cudaFree(dWi));
         twell_ffn_workspace_free(&ws);
         problem_free(&P);
@@ -409,7 +415,7 @@ static void run_gate_wgmma(int variant) {
         check_gate(&P, &ws);
         ws.gate_max_ctas = 0;
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/gate_wgmma");
-        assert_int_equal(r.n_overflow, count_ovf_rows(&P));
+        assert_int_equal(r.n_overflow - r.sliced_rows, count_ovf_rows(&P));
         twell_ffn_workspace_free(&ws);
     }
     // Uniform rows (nnz 8, 29, 128) at the paper's width (few positives per tile: the common case of the
@@ -456,7 +462,7 @@ static void test_uniform_nnz(void **state) {
         problem_make(&P, M, D, F, 8, 1, ROW_UNIFORM, nnzs[i], g_seed + 77 + i);
         check_gate(&P, &ws);
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "uniform sparse");
-        assert_int_equal(r.n_overflow, count_ovf_rows(&P));
+        assert_int_equal(r.n_overflow - r.sliced_rows, count_ovf_rows(&P));
         assert_true(fabs(r.mean_nnz - nnzs[i]) < 0.5 * nnzs[i] + 4);  // the construction hits the target
         // Determinism: a second run gives the same bits.
         std::vector<uint16_t> a((size_t)M * D), b((size_t)M * D);
@@ -570,6 +576,106 @@ static void test_calibrate(void **state) {
     twell_ffn_workspace_free(&ws);
 }
 
+// The sliced up/down (twell/sliced.cuh) called alone after the gate: Y poisoned first; every row not on the
+// overflow list afterwards (TwELL overflow rows + rows of blocks that did not fit the slot area) within 1e-2 of
+// float64, the listed rows untouched (the dense fallback's job), two runs bit-identical; gated and non-gated,
+// several M (not multiples of 8), D, F (1..4 unit groups), C; heavy rows (mixed) with a large slot area.
+static void test_sliced_updown(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    // cap: slots per token of the workspace (0: the default). With 1024 (8192 per block) every C = 8 block of
+    // the mixed rows fits (the largest non-overflow row has 682 pairs); C = 2 mixed blocks partly do not.
+    typedef struct { int M, D, F, C, gated, kind; double nnz; int cap; } SC;
+    const SC cases[] = {
+        {333, 128, 5632, 8, 1, ROW_MIX, 0, 1024},  {1000, 64, 1024, 8, 1, ROW_UNIFORM, 29, 0},
+        {77, 256, 768, 4, 1, ROW_MIX, 0, 1024},    {4096, 64, 5632, 8, 1, ROW_UNIFORM, 29, 0},
+        {129, 2048, 5632, 2, 1, ROW_MIX, 0, 1024}, {300, 192, 2048, 8, 0, ROW_MIX, 0, 1024},
+        {2000, 64, 5632, 8, 0, ROW_UNIFORM, 40, 0}, {1, 64, 256, 8, 1, ROW_MIX, 0, 0},
+        {600, 128, 5632, 8, 1, ROW_MIX, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const SC c = cases[i];
+        Problem P;
+        problem_make(&P, c.M, c.D, c.F, c.C, c.gated, c.kind, c.nnz, g_seed + 7000 + 31 * i);
+        TwellFFNWorkspace ws;
+        assert_int_equal(twell_ffn_workspace_create(&ws, c.M, c.D, c.F, c.C, c.gated), TWELL_OK);
+        assert_int_equal(ws.sl_ok, 1);
+        if (c.cap) assert_int_equal(twell_ffn_set_sliced_capacity(&ws, c.cap), TWELL_OK);
+        ws.updown_variant = TWELL_UPDOWN_SLICED;
+        const size_t n = (size_t)P.M * P.D;
+        std::vector<uint16_t> y1(n), y2(n);
+        std::vector<int> ovf(P.M);
+        TwellCounters cnt;
+        for (int rep = 0; rep < 2; rep++) {
+            assert_int_equal(twell_gate_forward(&g_mm, &ws, P.dX, P.dW1, P.M, 0), TWELL_OK);
+            cudaCheck(cudaMemset(P.dY, 0xFF, sizeof(bf16) * n));
+            assert_int_equal(twell_ffn_updown(&ws, P.dX, c.gated ? P.dWu : P.dW1, P.dWdT, P.dY, P.M, 0), TWELL_OK);
+            wait_or_die(0, 20.0, "sliced up/down");
+            cudaCheck(cudaMemcpy(rep ? y2.data() : y1.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+        }
+        cudaCheck(cudaMemcpy(ovf.data(), ws.ovf_flag, sizeof(int) * P.M, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(&cnt, ws.counters, sizeof cnt, cudaMemcpyDeviceToHost));
+        assert_memory_equal(y1.data(), y2.data(), n * 2);  // deterministic
+        double num = 0, den = 0;
+        int n_ovf = 0;
+        for (int m = 0; m < P.M; m++) {
+            if (ovf[m]) {
+                n_ovf++;
+                for (int d = 0; d < P.D; d++)
+                    if (y1[(size_t)m * P.D + d] != 0xFFFF) fail_msg("overflow row %d written by the sliced up/down", m);
+                continue;
+            }
+            double rn = 0, rd = 0;
+            for (int d = 0; d < P.D; d++) {
+                const float v = sllm_bf16_to_f32(y1[(size_t)m * P.D + d]);
+                const double r = P.ref[(size_t)m * P.D + d];
+                if (!isfinite(v)) fail_msg("Y[%d,%d] not written", m, d);
+                rn += (v - r) * (v - r);
+                rd += r * r;
+            }
+            if (rd == 0 && rn != 0) fail_msg("row %d should be exactly zero", m);
+            if (rd > 0 && sqrt(rn / rd) > 3e-2) fail_msg("row %d rel err %.3g", m, sqrt(rn / rd));
+            num += rn; den += rd;
+        }
+        assert_int_equal(n_ovf, cnt.n_ovf);
+        assert_int_equal(n_ovf - cnt.sl_rows, count_ovf_rows(&P));  // TwELL overflow rows + sliced block rows
+        const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        printf("    sliced M=%d D=%d F=%d C=%d gated=%d NG=%d SB=%d: %d TwELL overflow rows, %d rows of blocks that do "
+               "not fit, rel err %.2e\n", c.M, c.D, c.F, c.C, c.gated, ws.sl.NG, ws.sl.SB, n_ovf - cnt.sl_rows,
+               cnt.sl_rows, rel);
+        if (!(rel < 1e-2)) fail_msg("sliced rel err %.3e >= 1e-2", rel);
+        twell_ffn_workspace_free(&ws);
+        problem_free(&P);
+    }
+}
+
+// Blocks that do not fit the sliced slot area go to the dense fallback: counted, reported, never wrong.
+static void test_sliced_block_overflow(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    const int M = 500, D = 128, F = 2048;
+    Problem P;
+    problem_make(&P, M, D, F, 8, 1, ROW_UNIFORM, 60, g_seed + 8100);
+    TwellFFNWorkspace ws;
+    assert_int_equal(twell_ffn_workspace_create(&ws, M, D, F, 8, 1), TWELL_OK);
+    ws.updown_variant = TWELL_UPDOWN_SLICED;  // not the AUTO choice (slower at these shapes): selected explicitly
+    assert_int_equal(twell_ffn_set_sliced_capacity(&ws, 8), TWELL_OK);  // 256 slots per block < ~500 needed
+    assert_int_equal(ws.sl.SB, 256);
+    TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/sliced, blocks too large");
+    assert_int_equal(r.updown, TWELL_UPDOWN_SLICED);
+    assert_int_equal(r.sliced_rows, M);
+    assert_int_equal(r.n_overflow, M);
+    assert_true(ws.sl_rows_total == M);
+    problem_free(&P);
+    problem_make(&P, M, D, F, 8, 1, ROW_UNIFORM, 29, g_seed + 8101);
+    assert_int_equal(twell_ffn_set_sliced_capacity(&ws, 0), TWELL_OK);  // the default: every block fits at nnz 29
+    r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/sliced");
+    assert_int_equal(r.sliced_rows, 0);
+    assert_int_equal(r.n_overflow, count_ovf_rows(&P));
+    twell_ffn_workspace_free(&ws);
+    problem_free(&P);
+}
+
 static void test_shape_errors(void **state) {
     (void)state;
     if (!g_have_gpu) skip();
@@ -595,6 +701,25 @@ static void test_shape_errors(void **state) {
     assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
                      TWELL_ERR_ARG);
     ws.gate_variant = TWELL_GATE_DEFAULT;
+    // The sliced up/down names its constraints; a shape without it still runs (token-major), but forcing it fails.
+    char why[200];
+    assert_int_equal(twell_sliced_supports(128, 8448, 1, why, sizeof why), 0);  // F > 8192
+    assert_true(strstr(why, "8192") != NULL);
+    assert_int_equal(twell_sliced_supports(96, 512, 1, why, sizeof why), 0);    // D % 64
+    {
+        TwellSlicedWS sw;
+        assert_int_equal(twell_sliced_create(&sw, 8, 128, 8448, 8, 1, 0), TWELL_ERR_SHAPE);
+        TwellFFNWorkspace w2;
+        assert_int_equal(twell_ffn_workspace_create(&w2, 8, 128, 8448, 8, 1), TWELL_OK);
+        assert_int_equal(w2.sl_ok, 0);
+        assert_int_equal(twell_ffn_updown_resolve(&w2), TWELL_UPDOWN_DEFAULT);
+        w2.updown_variant = TWELL_UPDOWN_SLICED;
+        assert_int_equal(twell_ffn_updown(&w2, buf, buf, buf, buf, 8, 0), TWELL_ERR_SHAPE);
+        assert_int_equal(twell_ffn_set_sliced_capacity(&w2, 10), TWELL_ERR_SHAPE);
+        twell_ffn_workspace_free(&w2);
+    }
+    assert_int_equal(twell_updown_launch(TWELL_UPDOWN_SLICED, 1, ws.tw, buf, buf, buf, 128, buf, 1, 128, 512, 8, 0),
+                     TWELL_ERR_ARG);  // needs its workspace
     // The wgmma gate names its constraints (D % 64, F % 256, M >= 1, C, 16-byte alignment).
     assert_int_equal(twell_gate_wgmma_launch(buf, buf, 8, 96, 512, 8, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters, 0),
                      TWELL_ERR_SHAPE);
@@ -680,7 +805,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gate_wgmma_c2pk),
         cmocka_unit_test(test_all_full_and_all_zero),
         cmocka_unit_test(test_gated_mixed_rows),    cmocka_unit_test(test_nongated_mixed_rows),
-        cmocka_unit_test(test_uniform_nnz),         cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_uniform_nnz),         cmocka_unit_test(test_sliced_updown),
+        cmocka_unit_test(test_sliced_block_overflow), cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_dispatch_model),      cmocka_unit_test(test_calibrate),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,11 @@
 //
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
 //                   [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]
-//                   [--no-calibrate] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]
+//                   [--no-calibrate] [--tune] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]
+// --tune: per M, twell_ffn_tune_gate (the gate GEMM's fastest cuBLASLt algorithm, opt-in) and the same for the
+//         "gate" column's GEMM, before the rows.
+// --sliced: a line under each row with the sparse FFN through the sliced up/down (twell/sliced.cuh), timed in
+//         the same rounds, that up/down alone, and its stages (compaction / up / reduce / down, events).
 //
 // Timing method: the columns of one configuration are timed INTERLEAVED: each of --reps (default 15)
 // rounds runs every column once (round-robin, the starting column rotated each round), each call timed
@@ -11,8 +15,11 @@
 // Columns (ms, medians, inputs rotated over 3 X sets):
 //   gate    one dense cuBLASLt GEMM [M,D] x [D,F] -> bf16 (the floor of any dense-gate design)
 //   dense   our dense gated FFN (twell/dense_ffn.cuh: 3 GEMMs + relu*mul)
-//   sparse  our TwELL FFN (gate->TwELL, fused up/down, dense fallback for overflow rows)
+//   sparse  our TwELL FFN (the default gate -> TwELL, the default up/down (AUTO: sliced when the shape fits),
+//           dense fallback for overflow rows)
 //   s.gate / s.updown   the two parts of the sparse path timed alone
+//   sp.old / ud.old     the previous default path in the same rounds: the full-pack overlapped gate
+//           (cublas_pack_overlap) + the token-major up/down (nt128_g2), and that up/down alone
 //   auto    the dispatched path (TWELL_PATH_AUTO, history from the warm-up calls), with the model from
 //           twell_ffn_calibrate (run once per M on the uniform nnz-29 data, printed) unless --no-calibrate
 //   g.wgmma / sp.wgmma  the gate -> TwELL and the sparse FFN with the first wgmma gate of --gates (default
@@ -21,7 +28,7 @@
 //           wgmma_pk, wgmma_c2pk; twell/gate.cuh), timed in the SAME interleaved rounds: g = gate alone,
 //           sp = sparse FFN through it, g/cublas = its gate time / the cuBLASLt GEMM alone (the "gate"
 //           column), twdiff = TwELL rows differing from the default gate's. Off with --no-wgmma.
-//   then sparse/gate, dense/sparse, auto/min(dense, sparse), sp.wgmma/gate, measured mean nnz and overflow
+//   then sparse/gate, dense/sparse, auto/min(dense, sparse), old/sp (sp.old / sparse), measured mean nnz and overflow
 //   rows, the auto path, and st/min: what the STATIC default model (TWELL_DISPATCH_*) would pick / min.
 //   The wgmma FFN output is checked against the dense one like the default sparse path, and the number
 //   of TwELL rows where the two gates differ is printed (twdiff). Random inputs: fp32 sums in another order
@@ -108,7 +115,8 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
 }
 
 typedef struct {
-    int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma;
+    int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma, tune;
+    int sliced;
     std::vector<int> Ms;
     std::vector<int> gates;  // wgmma gate variants timed side by side (empty: none)
     std::vector<double> nnzs;  // < 0 means 50%
@@ -135,6 +143,7 @@ int main(int argc, char **argv) {
     Opts o;
     o.quick = 0; o.reps = 15; o.variant = 0; o.wgmma = 1; o.variants = 0; o.D = 2048; o.F = 5632;
     o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.interleave = 0; o.l2persist = 0; o.calibrate = 1;
+    o.tune = 0; o.sliced = 0;
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
     o.pat_uniform = 1; o.pat_heavy = 1;
@@ -145,7 +154,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%%] [--pattern uniform|heavy|both]\n"
                    "                 [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]\n"
-                   "                 [--no-calibrate] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
+                   "                 [--no-calibrate] [--tune] [--sliced] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
                    "Times the dense gated FFN (cuBLASLt), the TwELL FFN and the dispatched path on the same inputs with a\n"
                    "controlled mean number of non-zeros per token (uniform or heavy-tailed), interleaved, medians; checks\n"
                    "sparse against dense first. Columns and options are described at the top of dev/bench/bench_ffn.cu.\n");
@@ -166,6 +175,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--interleave")) { o.interleave = 1; }
         else if (!strcmp(a, "--l2persist")) { o.l2persist = 1; }
         else if (!strcmp(a, "--no-calibrate")) { o.calibrate = 0; }
+        else if (!strcmp(a, "--tune")) { o.tune = 1; }
+        else if (!strcmp(a, "--sliced")) { o.sliced = 1; }
         else if (!strcmp(a, "--no-wgmma")) { o.wgmma = 0; o.gates.clear(); }
         else if (!strcmp(a, "--gates") && v) {
             o.gates.clear();
@@ -212,9 +223,9 @@ int main(int argc, char **argv) {
     if (twell_ffn_workspace_create(&ws, maxM, D, F, 8, 1) != TWELL_OK) return 1;
     ws.updown_variant = o.variant;
     ws.gate_variant = o.gate_variant;
-    const int chunks_sweep[4] = {2048, 4096, 8192, 16384};
-    if (o.variants && twell_ffn_set_gate_chunk(&ws, 16384) != TWELL_OK) return 1;  // scratch for the sweep
-    const int default_chunk = o.gate_chunk > 0 ? o.gate_chunk : 8192;
+    const int chunks_sweep[5] = {4096, 8192, 16384, 32768, 65536};
+    if (o.variants && twell_ffn_set_gate_chunk(&ws, 65536) != TWELL_OK) return 1;  // scratch for the sweep
+    const int default_chunk = o.gate_chunk > 0 ? o.gate_chunk : ws.gate_chunk_rows;
     if (twell_ffn_set_gate_chunk(&ws, default_chunk) != TWELL_OK) return 1;
     const TwellDispatchModel static_model = ws.model;
     cudaEvent_t e0, e1;
@@ -292,9 +303,21 @@ int main(int argc, char **argv) {
                    twell_dispatch_crossover(&ws.model), static_model.s0, static_model.s1,
                    twell_dispatch_crossover(&static_model), e ? "  CALIBRATION FAILED" : "");
         }
-        printf("\n%-7s %-7s %-6s | %8s %8s %8s %8s %8s %8s | %8s %8s | %8s %8s %8s %8s | %7s %6s %-6s %s %s\n", "M",
-               "pattern", "nnz", "gate", "dense", "sparse", "s.gate", "s.updown", "auto", "g.wgmma", "sp.wgmma",
-               "sp/gate", "dn/sp", "auto/min", "spW/gate", "meannz", "ovf", "auto", "st/min", "twdiff");
+        if (o.tune) {
+            make_inputs(M, 0, 29.0);
+            float f = 0, b = 0;
+            twell_ffn_tune_gate(&mm, &ws, X[0], Wg, M, 5, &f, &b);
+            printf("tuned gate GEMM (M=%d, chunk %d, %s): heuristic's first choice %.3f ms, fastest %.3f ms\n", M,
+                   std::min(ws.gate_chunk_rows, M), twell_gate_variant_name(ws.gate_variant), f, b);
+            // The "gate" column's GEMM ([M, D] x [D, F] in one call) is tuned too: the ratio compares like with like.
+            matmul_tune(&mm, Gs, X[0], Wg, M, F, D, MATMUL_EPI_NONE, NULL, 5, 0, &f, &b);
+            printf("tuned plain GEMM (M=%d, the gate column): heuristic's first choice %.3f ms, fastest %.3f ms\n", M, f, b);
+            // the dense FFN's GEMMs stay untuned (its own shapes; tuning them would only widen dense/sparse)
+        }
+        printf("\n%-7s %-7s %-6s | %8s %8s %8s %8s %8s %8s | %8s %8s | %8s %8s | %8s %8s %8s %8s | %7s %6s %-6s %s %s\n",
+               "M", "pattern", "nnz", "gate", "dense", "sparse", "s.gate", "s.updown", "auto", "sp.old", "ud.old",
+               "g.wgmma", "sp.wgmma", "sp/gate", "dn/sp", "auto/min", "old/sp", "meannz", "ovf", "auto", "st/min",
+               "twdiff");
         for (int heavy = 0; heavy <= 1; heavy++) {
             if ((heavy && !o.pat_heavy) || (!heavy && !o.pat_uniform)) continue;
             for (double nz : o.nnzs) {
@@ -384,8 +407,36 @@ int main(int argc, char **argv) {
                     },
                     [&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); },
                     [&](int s) { twell_ffn_updown(&ws, X[s], Wu, WdT, Y, M, 0); },
+                    [&](int s) {  // the previous default path: full-pack gate + token-major up/down
+                        const int gv = ws.gate_variant, uv = ws.updown_variant;
+                        ws.gate_variant = TWELL_GATE_CUBLAS_PACK_OVERLAP;
+                        ws.updown_variant = TWELL_UPDOWN_DEFAULT;
+                        twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0);
+                        ws.gate_variant = gv; ws.updown_variant = uv;
+                    },
+                    [&](int s) {  // the token-major up/down alone (on the TwELL left by the previous column)
+                        const int uv = ws.updown_variant;
+                        ws.updown_variant = TWELL_UPDOWN_DEFAULT;
+                        twell_ffn_updown(&ws, X[s], Wu, WdT, Y, M, 0);
+                        ws.updown_variant = uv;
+                    },
                 };
-                for (size_t g = 0; g < NG; g++) {  // columns 6 + 2g (gate alone), 7 + 2g (sparse FFN)
+                if (o.sliced) {
+                    fns.push_back([&](int s) {  // sparse FFN with the sliced up/down
+                        const int uv = ws.updown_variant;
+                        ws.updown_variant = TWELL_UPDOWN_SLICED;
+                        twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0);
+                        ws.updown_variant = uv;
+                    });
+                    fns.push_back([&](int s) {  // the sliced up/down alone
+                        const int uv = ws.updown_variant;
+                        ws.updown_variant = TWELL_UPDOWN_SLICED;
+                        twell_ffn_updown(&ws, X[s], Wu, WdT, Y, M, 0);
+                        ws.updown_variant = uv;
+                    });
+                }
+                const size_t WG0 = fns.size();
+                for (size_t g = 0; g < NG; g++) {  // columns WG0 + 2g (gate alone), WG0 + 1 + 2g (sparse FFN)
                     const int gv = o.gates[g];
                     fns.push_back([&, gv](int s) {
                         ws.gate_variant = gv;
@@ -402,21 +453,45 @@ int main(int argc, char **argv) {
                 const std::vector<float> tm = timeit_rr(fns);
                 const float t_gate = tm[0], t_dense = tm[1], t_sparse = tm[2], t_auto = tm[3], t_sgate = tm[4],
                             t_updown = tm[5];
-                const float t_gw = o.wgmma ? tm[6] : NAN, t_spw = o.wgmma ? tm[7] : NAN;
+                const float t_old = tm[6], t_udold = tm[7];
+                const float t_gw = o.wgmma ? tm[WG0] : NAN, t_spw = o.wgmma ? tm[WG0 + 1] : NAN;
                 const TwellPath st = twell_dispatch_decide(&static_model, rs.mean_nnz, (double)rs.n_overflow / M, 0);
                 const float tmin = std::min(t_dense, t_sparse);
                 char nzs[16];
                 if (nz < 0) snprintf(nzs, sizeof nzs, "%g%%", -nz * 100); else snprintf(nzs, sizeof nzs, "%g", nz);
-                printf("%-7d %-7s %-6s | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f | %8.2f %8.2f %8.3f %8.2f | "
-                       "%7.1f %6d %-6s %.3f %lld\n",
-                       M, heavy ? "heavy" : "uniform", nzs, t_gate, t_dense, t_sparse, t_sgate, t_updown, t_auto, t_gw,
-                       t_spw, t_sparse / t_gate, t_dense / t_sparse, t_auto / tmin, t_spw / t_gate, rs.mean_nnz,
-                       rs.n_overflow, ra.path == TWELL_PATH_SPARSE ? "sparse" : "dense",
+                printf("%-7d %-7s %-6s | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f | %8.3f %8.3f | %8.2f %8.2f "
+                       "%8.3f %8.2f | %7.1f %6d %-6s %.3f %lld\n",
+                       M, heavy ? "heavy" : "uniform", nzs, t_gate, t_dense, t_sparse, t_sgate, t_updown, t_auto, t_old,
+                       t_udold, t_gw, t_spw, t_sparse / t_gate, t_dense / t_sparse, t_auto / tmin, t_old / t_sparse,
+                       rs.mean_nnz, rs.n_overflow, ra.path == TWELL_PATH_SPARSE ? "sparse" : "dense",
                        (st == TWELL_PATH_SPARSE ? t_sparse : t_dense) / tmin, tw_diff_rows);
+                if (o.sliced && ws.sl_ok) {  // the sliced stages, 5 runs
+                    const int uv = ws.updown_variant;
+                    ws.updown_variant = TWELL_UPDOWN_SLICED;
+                    twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);
+                    std::vector<float> st4[4];
+                    ws.sl.timing = 1;
+                    for (int r = 0; r < 6; r++) {
+                        twell_ffn_updown(&ws, X[0], Wu, WdT, Y, M, 0);
+                        cudaCheck(cudaDeviceSynchronize());
+                        float ms4[4];
+                        twell_sliced_stage_ms(&ws.sl, ms4);
+                        if (r > 0)
+                            for (int k = 0; k < 4; k++) st4[k].push_back(ms4[k]);
+                    }
+                    ws.sl.timing = 0;
+                    TwellCounters hc;
+                    cudaCheck(cudaMemcpy(&hc, ws.counters, sizeof hc, cudaMemcpyDeviceToHost));
+                    ws.updown_variant = uv;
+                    printf("    sliced: sparse FFN %.3f ms (%.2fx gate), up/down %.3f | stages (medians of 5): compaction "
+                           "%.3f  up %.3f  reduce %.3f  down %.3f | %d slots per block of 8 tokens, NG %d, %d rows of "
+                           "blocks that did not fit\n", tm[8], tm[8] / t_gate, tm[9], median(st4[0]), median(st4[1]),
+                           median(st4[2]), median(st4[3]), ws.sl.SB, ws.sl.NG, hc.sl_rows);
+                }
                 if (NG) {
                     printf("    gates  s.gate %.3f (%.2fx cublas)", t_sgate, t_sgate / t_gate);
                     for (size_t g = 0; g < NG; g++) {
-                        const float tg = tm[6 + 2 * g], tsp = tm[7 + 2 * g];
+                        const float tg = tm[WG0 + 2 * g], tsp = tm[WG0 + 1 + 2 * g];
                         printf(" | %s g %.3f (%.2fx) sp %.3f twdiff %lld", twell_gate_variant_name(o.gates[g]), tg,
                                tg / t_gate, tsp, tw_diff[g]);
                     }
@@ -424,7 +499,9 @@ int main(int argc, char **argv) {
                 }
                 fflush(stdout);
                 Row row = {M, heavy, rs.mean_nnz, t_dense, t_sparse, t_spw, {}};
-                for (size_t g = 0; g < NG; g++) row.sparse_g.push_back(tm[7 + 2 * g]);
+                if (rs.sliced_rows)
+                    printf("    note: %d rows of blocks that did not fit the sliced slot area ran dense\n", rs.sliced_rows);
+                for (size_t g = 0; g < NG; g++) row.sparse_g.push_back(tm[WG0 + 1 + 2 * g]);
                 rows.push_back(row);
                 if (o.variants) {
                     const int keep_gv = ws.gate_variant, keep_chunk = ws.gate_chunk_rows;
@@ -433,11 +510,13 @@ int main(int argc, char **argv) {
                         for (int c : chunks_sweep) {
                             if (c > M) continue;
                             if (twell_gate_is_wgmma(gv) && (c != chunks_sweep[0] || !o.wgmma)) continue;  // no chunks
+                            if (gv == TWELL_GATE_CUBLAS_PACK && c != 8192 && c != 65536) continue;
                             ws.gate_variant = gv;
                             twell_ffn_set_gate_chunk(&ws, c);
                             float tg = timeit([&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); });
                             if (twell_gate_is_wgmma(gv)) printf(" %s %.3f", twell_gate_variant_name(gv), tg);
-                            else printf(" %s/%d %.3f", gv == TWELL_GATE_CUBLAS_PACK ? "serial" : "overlap", c, tg);
+                            else printf(" %s/%d %.3f", gv == TWELL_GATE_CUBLAS_PACK ? "serial"
+                                                       : gv == TWELL_GATE_CUBLAS_MASK ? "mask" : "overlap", c, tg);
                         }
                     ws.gate_variant = keep_gv;
                     twell_ffn_set_gate_chunk(&ws, keep_chunk);
@@ -449,7 +528,45 @@ int main(int argc, char **argv) {
                                 matmul(&mm, ws.gate_scratch[0], 0, X[s] + (size_t)r0 * D, 0, Wg, 1, std::min(c, M - r0),
                                        F, D, 1.0f, 0.0f, 0);
                         });
-                        printf(" chunk%d %.3f", c, tg);
+                        float tm = timeit([&](int s) {  // with cuBLASLt's ReLU bit-mask epilogue
+                            for (int r0 = 0; r0 < M; r0 += c)
+                                matmul_relu_mask(&mm, ws.gate_scratch[0], ws.gate_mask[0], X[s] + (size_t)r0 * D, Wg,
+                                                 std::min(c, M - r0), F, D, 0);
+                        });
+                        printf(" chunk%d %.3f mask %.3f", c, tg, tm);
+                    }
+                    printf("\n    tune   ");  // cuBLASLt's first choice vs the fastest of its candidates
+                    for (int c : {16384, 65536}) {
+                        if (c > M) continue;
+                        float f0 = 0, b0 = 0, f1 = 0, b1 = 0;
+                        int n0 = matmul_tune(&mm, ws.gate_scratch[0], X[0], Wg, c, F, D, MATMUL_EPI_NONE, NULL, 5, 0, &f0, &b0);
+                        int n1 = matmul_tune(&mm, ws.gate_scratch[0], X[0], Wg, c, F, D, MATMUL_EPI_RELU_MASK,
+                                             ws.gate_mask[0], 5, 0, &f1, &b1);
+                        printf(" chunk%d plain %.3f->%.3f (%d algos) mask %.3f->%.3f (%d algos)", c, f0, b0, n0, f1, b1, n1);
+                    }
+                    printf("\n    gate(tuned)");
+                    for (int gv : {TWELL_GATE_CUBLAS_PACK, TWELL_GATE_CUBLAS_MASK})
+                        for (int c : {16384, 65536}) {
+                            if (c > M) continue;
+                            ws.gate_variant = gv;
+                            twell_ffn_set_gate_chunk(&ws, c);
+                            float tg = timeit([&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); });
+                            printf(" %s/%d %.3f", gv == TWELL_GATE_CUBLAS_MASK ? "mask" : "serial", c, tg);
+                        }
+                    ws.gate_variant = keep_gv;
+                    twell_ffn_set_gate_chunk(&ws, keep_chunk);
+                    // The mask pack alone over all M rows (mask + values of chunk 0's GEMM, reused per chunk).
+                    for (int c : {8192, 65536}) {
+                        if (c > M) continue;
+                        matmul_relu_mask(&mm, ws.gate_scratch[0], ws.gate_mask[0], X[0], Wg, c, F, D, 0);
+                        float tp = timeit([&](int s) {
+                            cudaCheck(cudaMemsetAsync(ws.ovf_flag, 0, sizeof(int) * (size_t)M, 0));
+                            cudaCheck(cudaMemsetAsync(ws.counters, 0, sizeof(TwellCounters), 0));
+                            for (int r0 = 0; r0 < M; r0 += c)
+                                twell_pack_mask_launch(ws.gate_scratch[0], ws.gate_mask[0], std::min(c, M - r0), r0, F,
+                                                       8, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters, 0);
+                        });
+                        printf(" maskpack%d %.3f", c, tp);
                     }
                     // The pack kernel alone over M rows (reads scratch[0] chunk by chunk; tw is rewritten by the
                     // gate below before it is used again).
@@ -468,7 +585,7 @@ int main(int argc, char **argv) {
                     twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);
                     const int keep_v = ws.updown_variant;
                     for (int v = 1; v < TWELL_UPDOWN_NUM_VARIANTS; v++) {
-                        if (!twell_updown_variant_supports(v, D)) continue;
+                        if (!twell_ffn_updown_supports(&ws, v)) continue;
                         ws.updown_variant = v;
                         float tv = timeit([&](int s) { twell_ffn_updown(&ws, X[0], Wu, WdT, Y, M, 0); });
                         printf(" %s %.3f", twell_updown_variant_name(v), tv);

@@ -6,12 +6,12 @@
 //   tile counts = number of active gates). Nothing is lost on overflow: the row is listed and a dense
 //   fallback recomputes it (twell/ffn.cuh).
 //
-// Variant TWELL_GATE_CUBLAS_PACK (the robust one, default): rows are processed in chunks of
+// Variant TWELL_GATE_CUBLAS_PACK (the simplest): rows are processed in chunks of
 // chunk_rows; per chunk a cuBLASLt GEMM writes bf16 [chunk, F] into a scratch buffer (small enough to
 // stay in L2: 2048 x 5632 x 2 B = 23 MB), then twell_pack_kernel packs it. cuBLASLt rounds the fp32
 // accumulator to bf16 round-to-nearest, which is exactly the value the format stores.
 //
-// Variant TWELL_GATE_WGMMA (twell/gate_wgmma.cuh, not the default until measured): one persistent Hopper
+// Variant TWELL_GATE_WGMMA (twell/gate_wgmma.cuh, measured slower, not the default): one persistent Hopper
 // kernel, TMA + wgmma GEMM whose epilogue writes the TwELL directly (no scratch, no chunks). Variants
 // TWELL_GATE_WGMMA_C2 / _PK / _C2PK (twell/gate_wgmma2.cuh): the same with 2-CTA clusters + Wg multicast,
 // and/or the pack moved to packer warps working on a staged tile while the consumers run the next tile.
@@ -20,10 +20,11 @@
 // a side stream while the GEMM of chunk i+1 runs (two scratch buffers); the packs fill the GEMM's tail
 // wave and launch gaps. Same output bit for bit (the pack is per row and tile).
 //
-// Variant TWELL_GATE_CUBLAS_MASK: as the overlapped one, but each chunk's GEMM uses cuBLASLt's RELU_AUX
-// epilogue, which also writes a 1-bit-per-element mask of the positive products; twell_pack_mask_kernel
-// then reads F/8 bytes of mask per row and only the ~nnz flagged values instead of the whole 2F-byte row
-// (the full pack re-reads the GEMM's entire output: ~0.5 ms at M 65536). Same TwELL bit for bit.
+// Variant TWELL_GATE_CUBLAS_MASK (the default, the fastest measured): as the overlapped one, but each
+// chunk's GEMM uses cuBLASLt's RELU_AUX epilogue, which also writes a 1-bit-per-element mask of the
+// positive products; twell_pack_mask_kernel then reads F/8 bytes of mask per row and only the ~nnz flagged
+// values instead of the whole 2F-byte row (the full pack re-reads the GEMM's entire output: ~0.5 ms at
+// M 65536). Same TwELL bit for bit.
 //
 // twell_pack_kernel: one warp per (row, tile); lane l holds columns 8l..8l+7 of the tile (one 16-byte
 // load), positive mask -> popc -> warp inclusive scan (shfl_up) gives each lane its first slot, so the
@@ -46,13 +47,13 @@ typedef struct {
 
 enum {
     TWELL_GATE_CUBLAS_PACK = 0,          // GEMM chunk, pack chunk, GEMM chunk, ... on the caller's stream
-    TWELL_GATE_CUBLAS_PACK_OVERLAP = 1,  // pack of chunk i (side stream) overlaps the GEMM of chunk i+1 (default)
+    TWELL_GATE_CUBLAS_PACK_OVERLAP = 1,  // pack of chunk i (side stream) overlaps the GEMM of chunk i+1
     TWELL_GATE_WGMMA = 2,                // Hopper wgmma + TMA GEMM with the pack in its epilogue (twell/gate_wgmma.cuh)
     // twell/gate_wgmma2.cuh (same bits as TWELL_GATE_WGMMA):
     TWELL_GATE_WGMMA_C2 = 3,    // + 2-CTA clusters, the Wg tile TMA-multicast to both CTAs
     TWELL_GATE_WGMMA_PK = 4,    // + packer warps on a staged bf16 tile (epilogue overlapped with the next mainloop)
     TWELL_GATE_WGMMA_C2PK = 5,  // both
-    TWELL_GATE_CUBLAS_MASK = 6,  // as CUBLAS_PACK_OVERLAP, but the GEMM also writes cuBLASLt's ReLU bit-mask and
+    TWELL_GATE_CUBLAS_MASK = 6,  // (default) as CUBLAS_PACK_OVERLAP, but the GEMM also writes cuBLASLt's ReLU bit-mask and
                                  // the pack reads the mask + the active values only (twell_pack_mask_kernel)
     TWELL_GATE_NUM_VARIANTS = 7,
 };

@@ -32,10 +32,12 @@ if [ -z "$NVCC" ]; then
   echo "setup: MISSING nvcc (CUDA toolkit). Install CUDA 12.4+ and put its bin/ on PATH; CUDA targets will be skipped."
   problems=1
 else
-  CUDA_HOME=$(dirname "$(dirname "$NVCC")")
+  CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$NVCC")")")  # nvcc may be a symlink
   echo "setup: nvcc: $($NVCC --version | tail -1)"
   for lib in cublasLt cublas nccl; do
-    if ls "$CUDA_HOME"/lib64/lib$lib.so* "$CUDA_HOME"/targets/*/lib/lib$lib.so* /usr/lib/x86_64-linux-gnu/lib$lib.so* >/dev/null 2>&1; then
+    # found if ANY of the places has it (ls over several globs fails when one of them matches nothing)
+    if compgen -G "$CUDA_HOME/lib64/lib$lib.so*" >/dev/null || compgen -G "$CUDA_HOME/targets/*/lib/lib$lib.so*" >/dev/null \
+       || compgen -G "/usr/lib/x86_64-linux-gnu/lib$lib.so*" >/dev/null || ldconfig -p 2>/dev/null | grep -q "lib$lib\.so"; then
       echo "setup: found lib$lib"
     else
       echo "setup: MISSING lib$lib (part of the CUDA toolkit / NCCL package)"; problems=1

@@ -44,6 +44,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "tc_utils.cuh"  // ldmatrix, mma, cp.async (the emulator supplies them under TC_EMU)
 #ifndef ATTN_EMU
 #include "cuda_common.cuh"
 #else
@@ -335,10 +336,7 @@ static inline void attention_backward_simple(bf16 *dq, bf16 *dk, bf16 *dv, const
 // ------------------------------------------------------------------------------------------------
 // Fast path: tensor cores (mma.sync m16n8k16 bf16 -> fp32), FlashAttention-2 structure.
 //
-// Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4):
-//   A (16x16, row-major): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
-//   B (16x8, k x n):      b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
-//   C (16x8, fp32):       c0,c1 = (g, 2t, 2t+1), c2,c3 = (g+8, 2t, 2t+1)
+// Fragment layouts of mma.m16n8k16 and ldmatrix: core/tc_utils.cuh (the wrappers used here).
 // Shared-memory tiles are [rows][HD + 8] bf16: the 16-byte pad per row makes the 8 row addresses of every
 // ldmatrix land in distinct bank groups.
 
@@ -347,37 +345,6 @@ static inline void attention_backward_simple(bf16 *dq, bf16 *dk, bf16 *dv, const
 #define ATTN_THREADS 128 // 4 warps x 16 rows
 
 #ifndef ATTN_EMU
-__device__ __forceinline__ uint32_t attn_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-// 16-byte async copy global -> shared; when !valid the 16 bytes are zero-filled (src is not read).
-__device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(attn_smem_u32(smem)), "l"(gmem),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void attn_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-__device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(attn_smem_u32(p))
-                 : "memory");
-}
-__device__ __forceinline__ void attn_ldsm_x4_trans(uint32_t r[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(attn_smem_u32(p))
-                 : "memory");
-}
-// c += a * b
-__device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 // 2^x (MUFU.EX2, flush-to-zero; 2^-inf = 0)
 __device__ __forceinline__ float attn_exp2(float x) {
     float y;
@@ -395,23 +362,23 @@ __device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
 
 // A fragment (16 x 16 at rows r0.., cols c0..) of a row-major [rows][ld] tile.
 __device__ __forceinline__ void attn_ldsm_a(uint32_t a[4], const bf16 *tile, int ld, int r0, int c0, int lane) {
-    attn_ldsm_x4(a, tile + (r0 + (lane & 15)) * ld + c0 + (lane >> 4) * 8);
+    tc_ldsm_x4(a, tile + (r0 + (lane & 15)) * ld + c0 + (lane >> 4) * 8);
 }
 // B fragments of two n-tiles (n0..n0+15) x (k0..k0+15) where B[k][n] = tile[n][k] (tile rows are n):
 // b[0], b[1] for n-tile n0, b[2], b[3] for n-tile n0+8.
 __device__ __forceinline__ void attn_ldsm_bt(uint32_t b[4], const bf16 *tile, int ld, int n0, int k0, int lane) {
     int mi = lane >> 3, r = lane & 7;
-    attn_ldsm_x4(b, tile + (n0 + (mi >> 1) * 8 + r) * ld + k0 + (mi & 1) * 8);
+    tc_ldsm_x4(b, tile + (n0 + (mi >> 1) * 8 + r) * ld + k0 + (mi & 1) * 8);
 }
 // B fragments of two n-tiles (n0..n0+15) x (k0..k0+15) where B[k][n] = tile[k][n] (tile rows are k).
 __device__ __forceinline__ void attn_ldsm_bn(uint32_t b[4], const bf16 *tile, int ld, int k0, int n0, int lane) {
     int mi = lane >> 3, r = lane & 7;
-    attn_ldsm_x4_trans(b, tile + (k0 + (mi & 1) * 8 + r) * ld + n0 + (mi >> 1) * 8);
+    tc_ldsm_x4_trans(b, tile + (k0 + (mi & 1) * 8 + r) * ld + n0 + (mi >> 1) * 8);
 }
 // A fragment (16 x 16) of A = M^T where M is a row-major [rows][ld] tile: A rows m0.. = M cols, A cols k0.. = M rows.
 __device__ __forceinline__ void attn_ldsm_at(uint32_t a[4], const bf16 *tile, int ld, int m0, int k0, int lane) {
     int mi = lane >> 3, r = lane & 7;
-    attn_ldsm_x4_trans(a, tile + (k0 + (mi >> 1) * 8 + r) * ld + m0 + (mi & 1) * 8);
+    tc_ldsm_x4_trans(a, tile + (k0 + (mi >> 1) * 8 + r) * ld + m0 + (mi & 1) * 8);
 }
 
 // Async load of `nrows` rows (row0.. of a [T, nheads, HD] tensor at head offset `base`) into a [rows][HD+8] tile;
@@ -424,7 +391,7 @@ __device__ __forceinline__ void attn_load_tile(bf16 *tile, const bf16 *base, siz
         int r = c / CH, cc = c % CH;
         int row = row0 + r;
         bool ok = row < T;
-        attn_cp_async16(tile + r * LD + cc * 8, base + (size_t)(ok ? row : 0) * row_stride + cc * 8, ok);
+        tc_cp_async16(tile + r * LD + cc * 8, base + (size_t)(ok ? row : 0) * row_stride + cc * 8, ok ? 16 : 0);
     }
 }
 
@@ -466,7 +433,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
     attn_load_tile<HD>(sQ, qb, qs, q0, BM, T, tid);
     attn_load_tile<HD>(sK, kb, kvs, 0, BN, T, tid);
     attn_load_tile<HD>(sV, vb, kvs, 0, BN, T, tid);
-    attn_cp_async_commit();
+    tc_cp_async_commit();
 
     uint32_t qf[MT][HD / 16][4];
     float o[MT][HD / 8][4];
@@ -480,14 +447,14 @@ __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
     }
 
     for (int j = 0; j < n_kb; j++) {
-        attn_cp_async_wait_all();
+        tc_cp_async_wait<0>();
         __syncthreads();  // tile j visible to all; everyone is done with tile j-1 (its buffer is refilled next)
         if (j + 1 < n_kb) {
             int nb = (j + 1) & 1;
             attn_load_tile<HD>(sK + nb * BN * LD, kb, kvs, (j + 1) * BN, BN, T, tid);
             attn_load_tile<HD>(sV + nb * BN * LD, vb, kvs, (j + 1) * BN, BN, T, tid);
         }
-        attn_cp_async_commit();
+        tc_cp_async_commit();
         if (j == 0) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -513,8 +480,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
                 attn_ldsm_bt(bfr, cK, LD, np * 16, kk * 16, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    attn_mma(s[mt][2 * np], qf[mt][kk], bfr[0], bfr[1]);
-                    attn_mma(s[mt][2 * np + 1], qf[mt][kk], bfr[2], bfr[3]);
+                    tc_mma_bf16(s[mt][2 * np], qf[mt][kk], bfr[0], bfr[1]);
+                    tc_mma_bf16(s[mt][2 * np + 1], qf[mt][kk], bfr[2], bfr[3]);
                 }
             }
         }
@@ -583,8 +550,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
                 attn_ldsm_bn(bfr, cV, LD, kk * 16, dp * 16, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    attn_mma(o[mt][2 * dp], a[mt], bfr[0], bfr[1]);
-                    attn_mma(o[mt][2 * dp + 1], a[mt], bfr[2], bfr[3]);
+                    tc_mma_bf16(o[mt][2 * dp], a[mt], bfr[0], bfr[1]);
+                    tc_mma_bf16(o[mt][2 * dp + 1], a[mt], bfr[2], bfr[3]);
                 }
             }
         }
@@ -687,7 +654,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
     attn_load_tile<HD>(sK, kb, kvs, k0, BN, T, tid);
     attn_load_tile<HD>(sV, vb, kvs, k0, BN, T, tid);
     load_q_block(0, 0);
-    attn_cp_async_commit();
+    tc_cp_async_commit();
 
     uint32_t kf[CACHE_KV ? HD / 16 : 1][4], vf[CACHE_KV ? HD / 16 : 1][4];
     float dka[HD / 8][4], dva[HD / 8][4];
@@ -699,10 +666,10 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
     const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;
 
     for (int it = 0; it < n_it; it++) {
-        attn_cp_async_wait_all();
+        tc_cp_async_wait<0>();
         __syncthreads();  // block `it` visible; all warps are done with block it-1 and with sdS
         if (it + 1 < n_it) load_q_block(it + 1, (it + 1) & 1);
-        attn_cp_async_commit();
+        tc_cp_async_commit();
         if (CACHE_KV && it == 0) {
 #pragma unroll
             for (int kk = 0; kk < (CACHE_KV ? HD / 16 : 1); kk++) {
@@ -733,8 +700,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
             for (int np = 0; np < BM / 16; np++) {
                 uint32_t bfr[4];
                 attn_ldsm_bt(bfr, cQ, LD, np * 16, kk * 16, lane);
-                attn_mma(s[2 * np], af, bfr[0], bfr[1]);
-                attn_mma(s[2 * np + 1], af, bfr[2], bfr[3]);
+                tc_mma_bf16(s[2 * np], af, bfr[0], bfr[1]);
+                tc_mma_bf16(s[2 * np + 1], af, bfr[2], bfr[3]);
             }
         }
         // P^T: rows = keys (key_a for e < 2, key_b otherwise), cols = queries q0 + nt*8 + 2t + (e&1)
@@ -761,8 +728,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
             for (int dp = 0; dp < HD / 16; dp++) {
                 uint32_t bfr[4];
                 attn_ldsm_bn(bfr, cdO, LD, kk * 16, dp * 16, lane);
-                attn_mma(dva[2 * dp], a, bfr[0], bfr[1]);
-                attn_mma(dva[2 * dp + 1], a, bfr[2], bfr[3]);
+                tc_mma_bf16(dva[2 * dp], a, bfr[0], bfr[1]);
+                tc_mma_bf16(dva[2 * dp + 1], a, bfr[2], bfr[3]);
             }
         }
         // dP^T = V dO^T
@@ -782,8 +749,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
             for (int np = 0; np < BM / 16; np++) {
                 uint32_t bfr[4];
                 attn_ldsm_bt(bfr, cdO, LD, np * 16, kk * 16, lane);
-                attn_mma(dpt[2 * np], af, bfr[0], bfr[1]);
-                attn_mma(dpt[2 * np + 1], af, bfr[2], bfr[3]);
+                tc_mma_bf16(dpt[2 * np], af, bfr[0], bfr[1]);
+                tc_mma_bf16(dpt[2 * np + 1], af, bfr[2], bfr[3]);
             }
         }
         // dS^T = P^T (dP^T - D); also to shared memory (bf16) for dQ
@@ -812,8 +779,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
             for (int dp = 0; dp < HD / 16; dp++) {
                 uint32_t bfr[4];
                 attn_ldsm_bn(bfr, cQ, LD, kk * 16, dp * 16, lane);
-                attn_mma(dka[2 * dp], a, bfr[0], bfr[1]);
-                attn_mma(dka[2 * dp + 1], a, bfr[2], bfr[3]);
+                tc_mma_bf16(dka[2 * dp], a, bfr[0], bfr[1]);
+                tc_mma_bf16(dka[2 * dp + 1], a, bfr[2], bfr[3]);
             }
         }
         if (!DQ) continue;
@@ -830,8 +797,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
             for (int dp = 0; dp < HD / 16; dp++) {
                 uint32_t bfr[4];
                 attn_ldsm_bn(bfr, sK, LD, kk * 16, dp * 16, lane);
-                attn_mma(dq[2 * dp], a, bfr[0], bfr[1]);
-                attn_mma(dq[2 * dp + 1], a, bfr[2], bfr[3]);
+                tc_mma_bf16(dq[2 * dp], a, bfr[0], bfr[1]);
+                tc_mma_bf16(dq[2 * dp + 1], a, bfr[2], bfr[3]);
             }
         }
         const int qa = q0 + warp * 16 + g, qb2 = qa + 8;
@@ -932,7 +899,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kv2_kernel(bf16 *dk, bf
     attn_load_tile<HD>(sK, kb, kvs, k0, BN, T, tid);
     attn_load_tile<HD>(sV, vb, kvs, k0, BN, T, tid);
     load_q_block(0, 0);
-    attn_cp_async_commit();
+    tc_cp_async_commit();
 
     float dka[KT][HD / 8][4], dva[KT][HD / 8][4];
 #pragma unroll
@@ -944,10 +911,10 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kv2_kernel(bf16 *dk, bf
         }
 
     for (int it = 0; it < n_it; it++) {
-        attn_cp_async_wait_all();
+        tc_cp_async_wait<0>();
         __syncthreads();  // block `it` visible; all warps are done with block it-1 (its buffer is refilled next)
         if (it + 1 < n_it) load_q_block(it + 1, (it + 1) & 1);
-        attn_cp_async_commit();
+        tc_cp_async_commit();
         const int c = it & 1;
         const int q0 = (i_begin + it % per_head) * BQ;
         if (q0 + BQ - 1 < wk0) continue;  // every query of the block is before every key of this warp
@@ -971,8 +938,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kv2_kernel(bf16 *dk, bf
                 attn_ldsm_bt(bfr, cQ, LD, np * 16, kk * 16, lane);
 #pragma unroll
                 for (int kt = 0; kt < KT; kt++) {
-                    attn_mma(s[kt][2 * np], af[kt], bfr[0], bfr[1]);
-                    attn_mma(s[kt][2 * np + 1], af[kt], bfr[2], bfr[3]);
+                    tc_mma_bf16(s[kt][2 * np], af[kt], bfr[0], bfr[1]);
+                    tc_mma_bf16(s[kt][2 * np + 1], af[kt], bfr[2], bfr[3]);
                 }
             }
         }
@@ -1008,8 +975,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kv2_kernel(bf16 *dk, bf
                 attn_ldsm_bn(bfr, cdO, LD, kk * 16, dp * 16, lane);
 #pragma unroll
                 for (int kt = 0; kt < KT; kt++) {
-                    attn_mma(dva[kt][2 * dp], a[kt], bfr[0], bfr[1]);
-                    attn_mma(dva[kt][2 * dp + 1], a[kt], bfr[2], bfr[3]);
+                    tc_mma_bf16(dva[kt][2 * dp], a[kt], bfr[0], bfr[1]);
+                    tc_mma_bf16(dva[kt][2 * dp + 1], a[kt], bfr[2], bfr[3]);
                 }
             }
         }
@@ -1030,8 +997,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kv2_kernel(bf16 *dk, bf
                 attn_ldsm_bt(bfr, cdO, LD, np * 16, kk * 16, lane);
 #pragma unroll
                 for (int kt = 0; kt < KT; kt++) {
-                    attn_mma(dpt[kt][2 * np], af[kt], bfr[0], bfr[1]);
-                    attn_mma(dpt[kt][2 * np + 1], af[kt], bfr[2], bfr[3]);
+                    tc_mma_bf16(dpt[kt][2 * np], af[kt], bfr[0], bfr[1]);
+                    tc_mma_bf16(dpt[kt][2 * np + 1], af[kt], bfr[2], bfr[3]);
                 }
             }
         }
@@ -1065,8 +1032,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kv2_kernel(bf16 *dk, bf
                 attn_ldsm_bn(bfr, cQ, LD, kk * 16, dp * 16, lane);
 #pragma unroll
                 for (int kt = 0; kt < KT; kt++) {
-                    attn_mma(dka[kt][2 * dp], a[kt], bfr[0], bfr[1]);
-                    attn_mma(dka[kt][2 * dp + 1], a[kt], bfr[2], bfr[3]);
+                    tc_mma_bf16(dka[kt][2 * dp], a[kt], bfr[0], bfr[1]);
+                    tc_mma_bf16(dka[kt][2 * dp + 1], a[kt], bfr[2], bfr[3]);
                 }
             }
         }
@@ -1140,7 +1107,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
     attn_load_tile<HD>(sdO, ob, qs, q0, BM, T, tid);
     attn_load_tile<HD>(sK, kb, kvs, 0, BN, T, tid);
     attn_load_tile<HD>(sV, vb, kvs, 0, BN, T, tid);
-    attn_cp_async_commit();
+    tc_cp_async_commit();
 
     // lse (log2 domain; +inf past T so P = 0 there) and D of rows wrow0 + 16mt + g (+8)
     float Lr[MT][2], Dr[MT][2];
@@ -1161,14 +1128,14 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
         for (int i = 0; i < HD / 8; i++) dqa[mt][i][0] = dqa[mt][i][1] = dqa[mt][i][2] = dqa[mt][i][3] = 0.0f;
 
     for (int j = 0; j < n_kb; j++) {
-        attn_cp_async_wait_all();
+        tc_cp_async_wait<0>();
         __syncthreads();  // tile j visible to all; everyone is done with tile j-1
         if (j + 1 < n_kb) {
             int nb = (j + 1) & 1;
             attn_load_tile<HD>(sK + nb * BN * LD, kb, kvs, (j + 1) * BN, BN, T, tid);
             attn_load_tile<HD>(sV + nb * BN * LD, vb, kvs, (j + 1) * BN, BN, T, tid);
         }
-        attn_cp_async_commit();
+        tc_cp_async_commit();
         if (j == 0) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -1201,10 +1168,10 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
                 attn_ldsm_bt(bv, cV, LD, np * 16, kk * 16, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    attn_mma(s[mt][2 * np], qf[mt][kk], bk[0], bk[1]);
-                    attn_mma(s[mt][2 * np + 1], qf[mt][kk], bk[2], bk[3]);
-                    attn_mma(dp[mt][2 * np], of[mt][kk], bv[0], bv[1]);
-                    attn_mma(dp[mt][2 * np + 1], of[mt][kk], bv[2], bv[3]);
+                    tc_mma_bf16(s[mt][2 * np], qf[mt][kk], bk[0], bk[1]);
+                    tc_mma_bf16(s[mt][2 * np + 1], qf[mt][kk], bk[2], bk[3]);
+                    tc_mma_bf16(dp[mt][2 * np], of[mt][kk], bv[0], bv[1]);
+                    tc_mma_bf16(dp[mt][2 * np + 1], of[mt][kk], bv[2], bv[3]);
                 }
             }
         }
@@ -1240,8 +1207,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
                 attn_ldsm_bn(bfr, cK, LD, kk * 16, dt * 16, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    attn_mma(dqa[mt][2 * dt], a[mt], bfr[0], bfr[1]);
-                    attn_mma(dqa[mt][2 * dt + 1], a[mt], bfr[2], bfr[3]);
+                    tc_mma_bf16(dqa[mt][2 * dt], a[mt], bfr[0], bfr[1]);
+                    tc_mma_bf16(dqa[mt][2 * dt + 1], a[mt], bfr[2], bfr[3]);
                 }
             }
         }

@@ -9,14 +9,8 @@
 
 alignas(16) unsigned char attn_smem[EMU_SMEM_BYTES];
 
-// The attention kernels' own names for the emulated primitives (core/attention.cuh, ATTN_EMU).
-static inline void attn_cp_async16(void *smem, const void *gmem, bool valid) { tc_cp_async16(smem, gmem, valid ? 16 : 0); }
-static inline void attn_cp_async_commit() {}
-static inline void attn_cp_async_wait_all() {}
+// The one attention primitive that is not in core/tc_utils.cuh (core/attention.cuh, ATTN_EMU).
 static inline float attn_exp2(float x) { return exp2f(x); }  // ex2.approx.ftz on the GPU
-static inline void attn_ldsm_x4(uint32_t r[4], const void *p) { tc_ldsm_x4(r, p); }
-static inline void attn_ldsm_x4_trans(uint32_t r[4], const void *p) { tc_ldsm_x4_trans(r, p); }
-static inline void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) { tc_mma_bf16(c, a, b0, b1); }
 
 #define ATTN_EMU 1
 #include "attention.cuh"

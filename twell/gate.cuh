@@ -95,6 +95,36 @@ static inline const char *twell_gate_variant_name(int v) {
 
 #define TWELL_PACK_THREADS 256
 
+// ---- pieces every pack (here and in the wgmma epilogues) shares ----
+// The end of one packed tile (out = its first word): the count word (the TRUE count) and zero padding past the
+// used slots. The lanes first, first + step, ... of the group that packed the tile share the words.
+__device__ __forceinline__ void twell_tile_finish(uint32_t *out, int total, int slots, int words, int first,
+                                                  int step) {
+    const int used = total < slots ? total : slots;
+    for (int w = first; w < words; w += step) {
+        if (w == 0) out[0] = (uint32_t)total;
+        else if (w > used) out[w] = 0u;
+    }
+}
+// Lists `row` as an overflow row exactly once: every tile of the row with total > slots calls this (one lane
+// per tile); the flag decides which call appends the row to the list.
+__device__ __forceinline__ void twell_flag_overflow(int row, int *ovf_flag, int *ovf_list, TwellCounters *counters) {
+    if (atomicExch(&ovf_flag[row], 1) == 0) ovf_list[atomicAdd(&counters->n_ovf, 1)] = row;
+}
+// Adds the non-zeros counted by the warps of a block (warp_nnz: the warp's sum, valid in lane 0) to
+// counters->nnz with one atomic per block. Every thread of the block must call it.
+template <int WARPS>
+__device__ __forceinline__ void twell_block_add_nnz(unsigned long long warp_nnz, TwellCounters *counters) {
+    __shared__ unsigned long long s_nnz[WARPS];
+    if ((threadIdx.x & 31) == 0) s_nnz[threadIdx.x >> 5] = warp_nnz;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long sum = 0;
+        for (int i = 0; i < WARPS; i++) sum += s_nnz[i];
+        if (sum) atomicAdd(&counters->nnz, sum);
+    }
+}
+
 // dense: [rows, F] bf16 (row stride F) = rows row0..row0+rows-1 of the gate. Writes those rows of tw.
 __global__ void __launch_bounds__(TWELL_PACK_THREADS)
 twell_pack_kernel(const bf16 *__restrict__ dense, int rows, int row0, int F, int words, uint32_t *__restrict__ tw,
@@ -135,29 +165,13 @@ twell_pack_kernel(const bf16 *__restrict__ dense, int rows, int row0, int F, int
                 k++;
             }
         }
-        const int used = total < slots ? total : slots;
-        for (int w = lane; w < words; w += 32) {
-            if (w == 0) out[0] = (uint32_t)total;
-            else if (w > used) out[w] = 0u;
-        }
+        twell_tile_finish(out, total, slots, words, lane, 32);
         if (lane == 0) {
             my_nnz += (unsigned long long)total;
-            if (total > slots) {
-                if (atomicExch(&ovf_flag[row0 + r], 1) == 0) {
-                    int pos = atomicAdd(&counters->n_ovf, 1);
-                    ovf_list[pos] = row0 + r;
-                }
-            }
+            if (total > slots) twell_flag_overflow(row0 + r, ovf_flag, ovf_list, counters);
         }
     }
-    __shared__ unsigned long long s_nnz[TWELL_PACK_THREADS / 32];
-    if (lane == 0) s_nnz[warp] = my_nnz;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned long long s = 0;
-        for (int i = 0; i < TWELL_PACK_THREADS / 32; i++) s += s_nnz[i];
-        if (s) atomicAdd(&counters->nnz, s);
-    }
+    twell_block_add_nnz<TWELL_PACK_THREADS / 32>(my_nnz, counters);
 }
 
 static inline void twell_pack_launch(const bf16 *dense, int rows, int row0, int F, int C, uint32_t *tw,
@@ -216,31 +230,17 @@ twell_pack_mask_kernel(const bf16 *__restrict__ dense, const uint32_t *__restric
                 const int b = __ffs(mm) - 1;
                 out[1 + k] = ((uint32_t)__bfloat16_as_ushort(drow[b]) << 16) | (uint32_t)(sub * 32 + b);
             }
-            const int used = total < slots ? total : slots;
-            for (int w = sub; w < words; w += 8) {
-                if (w == 0) out[0] = (uint32_t)total;
-                else if (w > used) out[w] = 0u;
-            }
+            twell_tile_finish(out, total, slots, words, sub, 8);
             if (sub == 0) {
                 my_nnz += (unsigned long long)total;
-                if (total > slots && atomicExch(&ovf_flag[row0 + r], 1) == 0) {
-                    int pos = atomicAdd(&counters->n_ovf, 1);
-                    ovf_list[pos] = row0 + r;
-                }
+                if (total > slots) twell_flag_overflow(row0 + r, ovf_flag, ovf_list, counters);
             }
         }
     }
-    __shared__ unsigned long long s_nnz[TWELL_PACK_THREADS / 32];
-    unsigned long long wsum = my_nnz;
+    unsigned long long wsum = my_nnz;  // lanes 0, 8, 16, 24 hold the counts of their tiles
 #pragma unroll
     for (int o = 8; o < 32; o <<= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
-    if (lane == 0) s_nnz[warp] = wsum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned long long s = 0;
-        for (int i = 0; i < TWELL_PACK_THREADS / 32; i++) s += s_nnz[i];
-        if (s) atomicAdd(&counters->nnz, s);
-    }
+    twell_block_add_nnz<TWELL_PACK_THREADS / 32>(wsum, counters);
 }
 
 static inline void twell_pack_mask_launch(const bf16 *dense, const uint32_t *mask, int rows, int row0, int F, int C,

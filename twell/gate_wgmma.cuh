@@ -254,10 +254,7 @@ __device__ __forceinline__ void twg_pack_row(const uint32_t (&p)[64], int row, i
     if (q == 0) {
         tile_out[0] = (uint32_t)total;
         nnz += (unsigned long long)total;
-        if (total > S && atomicExch(&ovf_flag[row], 1) == 0) {
-            const int pos = atomicAdd(&counters->n_ovf, 1);
-            ovf_list[pos] = row;
-        }
+        if (total > S) twell_flag_overflow(row, ovf_flag, ovf_list, counters);
     }
 }
 

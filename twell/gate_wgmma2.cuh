@@ -231,17 +231,10 @@ twell_gate_wgmma2_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_c
                             }
                         }
                     }
-                    const int used = total < S ? total : S;
-                    for (int w = lane; w < words; w += 32) {
-                        if (w == 0) out[0] = (uint32_t)total;
-                        else if (w > used) out[w] = 0u;
-                    }
+                    twell_tile_finish(out, total, S, words, lane, 32);
                     if (lane == 0) {
                         my_nnz += (unsigned long long)total;
-                        if (total > S && atomicExch(&ovf_flag[row], 1) == 0) {
-                            const int pos = atomicAdd(&counters->n_ovf, 1);
-                            ovf_list[pos] = row;
-                        }
+                        if (total > S) twell_flag_overflow(row, ovf_flag, ovf_list, counters);
                     }
                 }
                 twg_mbar_arrive(bar_sempty);  // every packer thread (count 96): its reads of the tile are done

@@ -45,6 +45,14 @@ static inline int cuda_device_available(void) {
     return n > 0;
 }
 
+// Number of SMs of the current device (for persistent and grid-stride launches).
+static inline int cuda_sm_count(void) {
+    int dev = 0, sms = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+}
+
 // Host-side bf16 buffers: upload fp32 -> bf16 and download bf16 -> fp32.
 static inline void upload_bf16(bf16 *dst, const float *src, size_t n) {
     uint16_t *tmp = (uint16_t *)sllm_malloc(n * sizeof(uint16_t));

@@ -48,6 +48,28 @@ static inline void matmul_context_free(MatmulContext *ctx) {
 // Epilogues (MatmulCacheEntry.epi).
 enum { MATMUL_EPI_NONE = 0, MATMUL_EPI_RELU_MASK = 1 };
 
+// The cache entry of a call shape (key: every field but valid, found and algo), or NULL.
+static inline MatmulCacheEntry *matmul_cache_find(MatmulContext *ctx, const MatmulCacheEntry *key) {
+    for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
+        MatmulCacheEntry *e = &ctx->cache[i];
+        if (e->valid && e->m == key->m && e->n == key->n && e->k == key->k && e->trans_a == key->trans_a &&
+            e->trans_b == key->trans_b && e->out_f32 == key->out_f32 && e->beta_nonzero == key->beta_nonzero &&
+            e->batch == key->batch && e->stride_a == key->stride_a && e->stride_b == key->stride_b &&
+            e->stride_out == key->stride_out && e->epi == key->epi)
+            return e;
+    }
+    return NULL;
+}
+// A new entry for key (round-robin over the cache), found = 0 until the caller sets the algorithm.
+static inline MatmulCacheEntry *matmul_cache_add(MatmulContext *ctx, const MatmulCacheEntry *key) {
+    MatmulCacheEntry *e = &ctx->cache[ctx->cache_next];
+    ctx->cache_next = (ctx->cache_next + 1) % MATMUL_CACHE_SIZE;
+    *e = *key;
+    e->valid = 1;
+    e->found = 0;
+    return e;
+}
+
 static inline int matmul_lt(MatmulContext *ctx, void *out, int out_f32, long long stride_out, const bf16 *A, int trans_a,
                             long long stride_a, const bf16 *B, int trans_b, long long stride_b, int batch, int M, int N,
                             int K, float alpha, float beta, int epi, void *mask, cudaStream_t stream);
@@ -129,14 +151,12 @@ static inline int matmul_lt(MatmulContext *ctx, void *out, int out_f32, long lon
          (uintptr_t)(stride_b * 2)) & 15)
         SLLM_FATAL("matmul: cuBLASLt needs 16-byte aligned pointers and strides (out=%p A=%p B=%p, strides %lld %lld "
                    "%lld)", out, (const void *)A, (const void *)B, stride_out, stride_a, stride_b);
-    const int beta_nz = beta != 0.0f;
-    MatmulCacheEntry *hit = NULL;
-    for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
-        MatmulCacheEntry *e = &ctx->cache[i];
-        if (e->valid && e->m == M && e->n == N && e->k == K && e->trans_a == trans_a && e->trans_b == trans_b &&
-            e->out_f32 == out_f32 && e->beta_nonzero == beta_nz && e->batch == batch && e->stride_a == stride_a &&
-            e->stride_b == stride_b && e->stride_out == stride_out && e->epi == epi) { hit = e; break; }
-    }
+    MatmulCacheEntry key;
+    memset(&key, 0, sizeof(key));
+    key.m = M; key.n = N; key.k = K; key.trans_a = trans_a; key.trans_b = trans_b; key.out_f32 = out_f32;
+    key.beta_nonzero = beta != 0.0f; key.batch = batch; key.stride_a = stride_a; key.stride_b = stride_b;
+    key.stride_out = stride_out; key.epi = epi;
+    MatmulCacheEntry *hit = matmul_cache_find(ctx, &key);
     if (hit && !hit->found && epi == MATMUL_EPI_NONE) {  // known to be unsupported as one batched call
         for (int b = 0; b < batch; b++)
             matmul_strided_batched(ctx, (char *)out + (size_t)b * stride_out * osz, out_f32, 0,
@@ -161,11 +181,7 @@ static inline int matmul_lt(MatmulContext *ctx, void *out, int out_f32, long lon
         if (batch == 1 && epi == MATMUL_EPI_NONE && (st != CUBLAS_STATUS_SUCCESS || found == 0))
             SLLM_FATAL("matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d trans_a=%d trans_b=%d out_f32=%d (%s)", M,
                        N, K, trans_a, trans_b, out_f32, cublasGetStatusString(st));
-        hit = &ctx->cache[ctx->cache_next];
-        ctx->cache_next = (ctx->cache_next + 1) % MATMUL_CACHE_SIZE;
-        hit->m = M; hit->n = N; hit->k = K; hit->trans_a = trans_a; hit->trans_b = trans_b; hit->out_f32 = out_f32;
-        hit->beta_nonzero = beta_nz; hit->batch = batch; hit->stride_a = stride_a; hit->stride_b = stride_b;
-        hit->stride_out = stride_out; hit->valid = 1; hit->epi = epi;
+        hit = matmul_cache_add(ctx, &key);
         hit->found = (st == CUBLAS_STATUS_SUCCESS && found > 0);
         if (hit->found) hit->algo = res.algo;
     }
@@ -248,18 +264,11 @@ static inline int matmul_tune(MatmulContext *ctx, bf16 *out, const bf16 *A, cons
     }
     matmul_descs_destroy(&md);
     if (best >= 0) {
-        MatmulCacheEntry *hit = NULL;
-        for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
-            MatmulCacheEntry *e = &ctx->cache[i];
-            if (e->valid && e->m == M && e->n == N && e->k == K && e->trans_a == 0 && e->trans_b == 1 && !e->out_f32 &&
-                !e->beta_nonzero && e->batch == 1 && e->epi == epi) { hit = e; break; }
-        }
-        if (!hit) {
-            hit = &ctx->cache[ctx->cache_next];
-            ctx->cache_next = (ctx->cache_next + 1) % MATMUL_CACHE_SIZE;
-            memset(hit, 0, sizeof(*hit));
-            hit->m = M; hit->n = N; hit->k = K; hit->trans_b = 1; hit->batch = 1; hit->epi = epi; hit->valid = 1;
-        }
+        MatmulCacheEntry key;  // the key matmul / matmul_relu_mask use for this call (batch 1: strides 0)
+        memset(&key, 0, sizeof(key));
+        key.m = M; key.n = N; key.k = K; key.trans_b = 1; key.batch = 1; key.epi = epi;
+        MatmulCacheEntry *hit = matmul_cache_find(ctx, &key);
+        if (!hit) hit = matmul_cache_add(ctx, &key);
         hit->found = 1;
         hit->algo = res[best].algo;
         if (best_ms) *best_ms = bms;

@@ -51,7 +51,7 @@
 // own data and GPU (recommended once at start-up); the defaults below are used until then.
 // Defaults: H200, D 2048, F 5632, M 65536, the MEASURED least-squares fit of bench_ffn (uniform rows,
 // nnz <= 160) with the current defaults (bit-mask gate in 16384-row chunks, untuned; up/down nt128_g2):
-// s0 0.4307, s1 0.008136 -> crossover 70 (run 19 of dev/RESULTS.md; with the overlapped full-pack gate it was
+// s0 0.4307, s1 0.008136 -> crossover 70 (run 18 of dev/RESULTS.md; with the overlapped full-pack gate it was
 // 0.4314 / 0.008837 -> 64). Refresh from bench_ffn's "fitted model" line after kernel changes.
 #define TWELL_DISPATCH_S0 0.4307
 #define TWELL_DISPATCH_S1 0.008136
@@ -102,7 +102,7 @@ typedef struct {
     bf16 *gate_scratch[2];        // 2 x [gate_scratch_rows, F] (the serial variant uses [0])
     uint32_t *gate_mask[2];       // 2 x [gate_scratch_rows, F/32]: ReLU bit-masks of TWELL_GATE_CUBLAS_MASK
     int gate_mask_failed;         // cuBLASLt had no algorithm for the mask epilogue: the plain GEMM is used
-    // Sliced up/down (twell/sliced.cuh): created when the shape fits (sl_ok), AUTO's up/down then.
+    // Sliced up/down (twell/sliced.cuh), when selected as ws->updown_variant and the shape fits (sl_ok).
     TwellSlicedWS sl;             // allocated on the first sliced call (sl.rec_up != NULL), ~0.8 GB at max_M 65536
     int sl_ok;                    // the shape fits the sliced up/down
     int sl_slots_per_token;       // its capacity (0: the default)

@@ -174,16 +174,17 @@ twell_pack_kernel(const bf16 *__restrict__ dense, int rows, int row0, int F, int
     twell_block_add_nnz<TWELL_PACK_THREADS / 32>(my_nnz, counters);
 }
 
+// Grid of a pack kernel over `items` warp items: grid-stride, at most 16 blocks per SM (bounded atomics on nnz).
+static inline int twell_pack_grid(long long items) {
+    const long long blocks = CEIL_DIV(items, TWELL_PACK_THREADS / 32), cap = (long long)cuda_sm_count() * 16;
+    return (int)(blocks < cap ? blocks : cap);
+}
+
 static inline void twell_pack_launch(const bf16 *dense, int rows, int row0, int F, int C, uint32_t *tw,
                                      int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream) {
     if (rows <= 0) return;
-    long long items = (long long)rows * (F / TWELL_TILE);
-    long long blocks = CEIL_DIV(items, TWELL_PACK_THREADS / 32);
-    int dev = 0, sms = 132;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (blocks > (long long)sms * 16) blocks = (long long)sms * 16;  // grid-stride: bounded atomics on nnz
-    twell_pack_kernel<<<(int)blocks, TWELL_PACK_THREADS, 0, stream>>>(dense, rows, row0, F, TWELL_TILE / C, tw,
+    const int blocks = twell_pack_grid((long long)rows * (F / TWELL_TILE));
+    twell_pack_kernel<<<blocks, TWELL_PACK_THREADS, 0, stream>>>(dense, rows, row0, F, TWELL_TILE / C, tw,
                                                                      ovf_flag, ovf_list, counters);
     cudaCheckLaunch();
 }
@@ -247,13 +248,8 @@ static inline void twell_pack_mask_launch(const bf16 *dense, const uint32_t *mas
                                           uint32_t *tw, int *ovf_flag, int *ovf_list, TwellCounters *counters,
                                           cudaStream_t stream) {
     if (rows <= 0) return;
-    long long items = (long long)rows * ((F / TWELL_TILE + 3) / 4);
-    long long blocks = CEIL_DIV(items, TWELL_PACK_THREADS / 32);
-    int dev = 0, sms = 132;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (blocks > (long long)sms * 16) blocks = (long long)sms * 16;
-    twell_pack_mask_kernel<<<(int)blocks, TWELL_PACK_THREADS, 0, stream>>>(dense, mask, rows, row0, F, TWELL_TILE / C,
+    const int blocks = twell_pack_grid((long long)rows * ((F / TWELL_TILE + 3) / 4));
+    twell_pack_mask_kernel<<<blocks, TWELL_PACK_THREADS, 0, stream>>>(dense, mask, rows, row0, F, TWELL_TILE / C,
                                                                           tw, ovf_flag, ovf_list, counters);
     cudaCheckLaunch();
 }

@@ -440,9 +440,7 @@ static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, i
     CUtensorMap tmX, tmW;
     if ((e = twg_make_map(enc, &tmX, X, M, D, TWG_BM, "X"))) return e;
     if ((e = twg_make_map(enc, &tmW, W, F, D, TWG_BN, "Wg"))) return e;
-    int dev = 0, sms = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int sms = cuda_sm_count();
     cudaCheck(cudaFuncSetAttribute(twell_gate_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    TWG_SMEM_BYTES));
     const long long tiles = (long long)CEIL_DIV(M, TWG_BM) * (F / TWG_BN);

@@ -350,9 +350,7 @@ static inline int twell_gate_wgmma2_launch_t(const bf16 *X, const bf16 *W, int M
     static int max_clusters = 0;
     if (!max_clusters) {
         cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        int dev = 0, sms = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        const int sms = cuda_sm_count();
         max_clusters = sms / CM;
         if (CM > 1) {
             cudaLaunchAttribute attr[1];

@@ -851,11 +851,8 @@ static inline int twell_sliced_updown(TwellSlicedWS *ws, const uint32_t *tw, int
         twell_sl_up_kernel<<<ws->NSU * ws->NG, TWELL_SL_UP_WARPS * 32, ws->smem_up, stream>>>(
             X, Wu, ws->rec_up, ws->info, ws->part, M, ws->D, ws->F, ws->NG, ws->UG, ws->SB, ws->rsu, ws->cap);
         cudaCheckLaunch();
-        int dev = 0, sms = 132;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         if (ws->timing) cudaCheck(cudaEventRecord(ws->ev[2], stream));
-        twell_sl_reduce_kernel<<<sms * 4, 256, 0, stream>>>(ws->rec_up, ws->dpos, ws->part, ws->rec_down, ws->info,
+        twell_sl_reduce_kernel<<<cuda_sm_count() * 4, 256, 0, stream>>>(ws->rec_up, ws->dpos, ws->part, ws->rec_down, ws->info,
                                                              nblocks, ws->NG, ws->SB, ws->NSU, ws->cap);
         cudaCheckLaunch();
     } else if (ws->timing) {

@@ -209,7 +209,7 @@ enum {
     TWELL_UPDOWN_32_G1 = 12,        // one warp per token (the paper's shape; many registers)
     TWELL_UPDOWN_256_G1 = 13,
     TWELL_UPDOWN_SLICED = 14,       // twell/sliced.cuh (D-sliced, tensor cores): needs the FFN workspace, run
-                                    // through twell_ffn_updown; AUTO picks it there when the shape fits
+                                    // through twell_ffn_updown; selectable only (slower, twell/SLICED.md)
     TWELL_UPDOWN_NUM_VARIANTS = 15,
 };
 #define TWELL_UPDOWN_DEFAULT TWELL_UPDOWN_128_G2

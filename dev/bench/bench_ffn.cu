@@ -15,7 +15,7 @@
 // Columns (ms, medians, inputs rotated over 3 X sets):
 //   gate    one dense cuBLASLt GEMM [M,D] x [D,F] -> bf16 (the floor of any dense-gate design)
 //   dense   our dense gated FFN (twell/dense_ffn.cuh: 3 GEMMs + relu*mul)
-//   sparse  our TwELL FFN (the default gate -> TwELL, the default up/down (AUTO: sliced when the shape fits),
+//   sparse  our TwELL FFN (the default gate -> TwELL, the default up/down (AUTO: token-major nt128_g2),
 //           dense fallback for overflow rows)
 //   s.gate / s.updown   the two parts of the sparse path timed alone
 //   sp.old / ud.old     the previous default path in the same rounds: the full-pack overlapped gate
@@ -528,12 +528,12 @@ int main(int argc, char **argv) {
                                 matmul(&mm, ws.gate_scratch[0], 0, X[s] + (size_t)r0 * D, 0, Wg, 1, std::min(c, M - r0),
                                        F, D, 1.0f, 0.0f, 0);
                         });
-                        float tm = timeit([&](int s) {  // with cuBLASLt's ReLU bit-mask epilogue
+                        float t_mask = timeit([&](int s) {  // with cuBLASLt's ReLU bit-mask epilogue
                             for (int r0 = 0; r0 < M; r0 += c)
                                 matmul_relu_mask(&mm, ws.gate_scratch[0], ws.gate_mask[0], X[s] + (size_t)r0 * D, Wg,
                                                  std::min(c, M - r0), F, D, 0);
                         });
-                        printf(" chunk%d %.3f mask %.3f", c, tg, tm);
+                        printf(" chunk%d %.3f mask %.3f", c, tg, t_mask);
                     }
                     printf("\n    tune   ");  // cuBLASLt's first choice vs the fastest of its candidates
                     for (int c : {16384, 65536}) {

@@ -7,9 +7,10 @@
 //   aligned. Anything else returns TWELL_ERR_* with a message naming the constraint, Y untouched.
 //
 // Sparse path: (1) gate -> TwELL (twell/gate.cuh; default: cuBLASLt GEMM with the ReLU bit-mask epilogue +
-// the mask pack, 16384-row chunks), (2) up+down on every non-overflow row (default: the fused token-major
-// kernel of twell/updown.cuh; selectable: the D-sliced tensor-core one of twell/sliced.cuh, whose blocks
-// that do not fit its slot area join the overflow rows), (3) overflow rows (a tile with more non-zeros than
+// the mask pack, 16384-row chunks), (2) up+down on every non-overflow row (default, gated: the up and the
+// down as two token-major kernels, twell/updown_split.cuh; non-gated: the token-major kernel of
+// twell/updown.cuh; selectable: the fused token-major variants and the D-sliced tensor-core one of
+// twell/sliced.cuh, whose blocks that do not fit its slot area join the overflow rows), (3) overflow rows (a tile with more non-zeros than
 // slots) gathered and computed by the dense FFN (twell/dense_ffn.cuh) and scattered back. The number of
 // overflow rows and the mean number of active gates come back in TwellFFNResult. One host sync per sparse
 // call (to size the fallback GEMMs by the device overflow count); it overlaps the up/down kernel.
@@ -42,19 +43,25 @@
 #include "twell/gate_wgmma2.cuh"
 #include "twell/sliced.cuh"
 #include "twell/updown.cuh"
+#include "twell/updown_split.cuh"
 
 // Dispatch cost model (AUTO), in units of the dense FFN time on the same rows:
-//   predicted sparse / dense = s0 + s1 * mean_nnz + fovf * overflow_row_fraction
+//   predicted sparse / dense = s0 + s1 * sparse_nnz + fovf * overflow_row_fraction
+// sparse_nnz = the active units per token (over all rows) of the rows the sparse up/down computes, i.e. without
+// the overflow rows, which the dense fallback pays as fovf (measured: the mean over all rows times the last
+// sparse call's share ws->last_sparse_share; the mean alone double-counted heavy overflow rows and kept heavy
+// patterns on the dense path 10% slower, run 33).
 // Sparse runs when that is < 1 - margin, dense when > 1 + margin; in between the previous path is kept
 // (hysteresis: no flip-flopping on noise near the crossover; the cost of a wrong pick there is at most
 // ~margin). Crossover nnz* = (1 - s0) / s1. twell_ffn_calibrate() measures s0 and s1 on the caller's
 // own data and GPU (recommended once at start-up); the defaults below are used until then.
 // Defaults: H200, D 2048, F 5632, M 65536, the MEASURED least-squares fit of bench_ffn (uniform rows,
-// nnz <= 160) with the current defaults (bit-mask gate in 16384-row chunks, untuned; up/down nt128_g2):
-// s0 0.4307, s1 0.008136 -> crossover 70 (run 18 of dev/RESULTS.md; with the overlapped full-pack gate it was
-// 0.4314 / 0.008837 -> 64). Refresh from bench_ffn's "fitted model" line after kernel changes.
-#define TWELL_DISPATCH_S0 0.4307
-#define TWELL_DISPATCH_S1 0.008136
+// nnz <= 160) with the current defaults (bit-mask gate in 16384-row chunks, untuned; up/down split):
+// s0 0.4151, s1 0.008121 -> crossover 72 (run 34 of dev/RESULTS.md; measured crossover 68 uniform, 76 heavy;
+// run 18 with the fused up/down: 0.4307 / 0.008136 -> 70). Refresh from bench_ffn's "fitted model" line after
+// kernel changes.
+#define TWELL_DISPATCH_S0 0.4151
+#define TWELL_DISPATCH_S1 0.008121
 #define TWELL_DISPATCH_FOVF 1.2
 #define TWELL_DISPATCH_MARGIN 0.03
 
@@ -77,7 +84,7 @@ typedef struct {
 typedef struct {
     int max_M, D, F, C, gated;
     int gate_variant;     // TWELL_GATE_* (default TWELL_GATE_DEFAULT)
-    int updown_variant;   // TWELL_UPDOWN_* (default AUTO = TWELL_UPDOWN_DEFAULT)
+    int updown_variant;   // TWELL_UPDOWN_* (default AUTO: see twell_ffn_updown_resolve)
     int gate_chunk_rows;  // rows per gate GEMM + pack chunk; <= gate_scratch_rows (twell_ffn_set_gate_chunk)
     int gate_scratch_rows;
     int gate_max_ctas;    // wgmma gate variants: cap on the persistent grid (0 = all SMs; tests: many tiles per CTA)
@@ -108,12 +115,26 @@ typedef struct {
     int sl_slots_per_token;       // its capacity (0: the default)
     long long sl_rows_total;      // rows the sliced up/down sent to the dense fallback, over all calls
     int last_updown;              // the up/down variant of the last sparse call
+    // Split up/down (twell/updown_split.cuh, the default of gated layers), allocated with the workspace when gated:
+    // two buffers of pairs [split_rows, P], counts and row orders (2 x 89 MB at the paper's shape). Chunk c runs
+    // in buffer c % 2 on `stream` (c even) or pack_stream (c odd), so the tail of one chunk's kernels (a few
+    // heavy rows) overlaps the next chunk.
+    uint2 *split_pairs[2];
+    int *split_cnt[2], *split_order[2];  // [split_rows], [split_rows + 2]
+    int split_rows;
+    cudaEvent_t ev_split[2];  // fork (stream -> pack_stream), join (pack_stream -> stream)
+    // Row order of the split kernels: TWELL_SPLIT_ORDER_AUTO (heavy rows first when the previous sparse call of
+    // this workspace had heavy rows, or before the first call; else index order: the order costs a dependent
+    // load per CTA, ~0.1 ms at M 65536), _HEAVY_FIRST, _INDEX.
+    int split_order_mode;
+    int split_last_heavy;     // heavy rows seen by the last sparse call (-1: none yet)
     cudaStream_t pack_stream;     // side stream of the overlapped gate (non-blocking)
     cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
     // dispatch state
     double last_mean_nnz;  // -1: unknown
     double last_ovf_frac;
+    double last_sparse_share;  // of the last sparse call: active units in non-overflow rows / all active units
     int last_path;         // path of the previous call (0: none yet), for the hysteresis
 } TwellFFNWorkspace;
 
@@ -126,6 +147,19 @@ static inline int twell_check_shapes(int M, int D, int F, int C) {
         return TWELL_ERR_SHAPE;
     }
     return TWELL_OK;
+}
+
+enum { TWELL_SPLIT_ORDER_AUTO = 0, TWELL_SPLIT_ORDER_HEAVY_FIRST = 1, TWELL_SPLIT_ORDER_INDEX = 2 };
+
+// The split up/down's pairs and counts for one chunk of min(max_M, TWELL_SPLIT_CHUNK) rows.
+static inline void twell_ffn_split_alloc(TwellFFNWorkspace *ws) {
+    const int P = twell_split_pairs_per_row(ws->F, ws->C);
+    ws->split_rows = ws->max_M < TWELL_SPLIT_CHUNK ? ws->max_M : TWELL_SPLIT_CHUNK;
+    for (int b = 0; b < 2; b++) {
+        cudaCheck(cudaMalloc(&ws->split_pairs[b], sizeof(uint2) * (size_t)ws->split_rows * P));
+        cudaCheck(cudaMalloc(&ws->split_cnt[b], sizeof(int) * (size_t)ws->split_rows));
+        cudaCheck(cudaMalloc(&ws->split_order[b], sizeof(int) * ((size_t)ws->split_rows + 2)));
+    }
 }
 
 // Allocates everything for up to max_M tokens. Returns TWELL_OK or an error (message printed).
@@ -144,6 +178,7 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->model.margin = TWELL_DISPATCH_MARGIN;
     ws->last_mean_nnz = -1.0;
     ws->last_ovf_frac = 0.0;
+    ws->last_sparse_share = 1.0;
     ws->dense.chunk_rows = 16384;
     if (ws->dense.chunk_rows > max_M) ws->dense.chunk_rows = max_M;
     int gcr = ws->gate_chunk_rows < max_M ? ws->gate_chunk_rows : max_M;
@@ -164,7 +199,10 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
         cudaCheck(cudaEventCreateWithFlags(&ws->ev_pack[b], cudaEventDisableTiming));
     }
     ws->sl_ok = twell_sliced_supports(D, F, gated, NULL, 0);  // its buffers are allocated on first use
+    if (ws->gated && twell_split_supports(D)) twell_ffn_split_alloc(ws);  // the default up/down of gated layers
+    ws->split_last_heavy = -1;
     cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
+    for (int b = 0; b < 2; b++) cudaCheck(cudaEventCreateWithFlags(&ws->ev_split[b], cudaEventDisableTiming));
     size_t cr = (size_t)ws->dense.chunk_rows;
     cudaCheck(cudaMalloc(&ws->dense.xg, sizeof(bf16) * cr * D));
     cudaCheck(cudaMalloc(&ws->dense.yg, sizeof(bf16) * cr * D));
@@ -279,6 +317,12 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
     cudaCheck(cudaEventDestroy(ws->dense_nnz_ready));
     twell_sliced_free(&ws->sl);
     for (int b = 0; b < 2; b++) {
+        cudaCheck(cudaFree(ws->split_pairs[b]));
+        cudaCheck(cudaFree(ws->split_cnt[b]));
+        cudaCheck(cudaFree(ws->split_order[b]));
+        cudaCheck(cudaEventDestroy(ws->ev_split[b]));
+    }
+    for (int b = 0; b < 2; b++) {
         cudaCheck(cudaFree(ws->gate_scratch[b]));
         cudaCheck(cudaFree(ws->gate_mask[b]));
         cudaCheck(cudaEventDestroy(ws->ev_gemm[b]));
@@ -294,16 +338,19 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
 // The sparse up/down of the FFN on ws->tw (interleaved weights and the L2 window as configured).
 // Wu may be NULL when !gated. The L2 window is a launch attribute of the up/down kernel only;
 // persisting lines are reset by twell_ffn_forward after its sync (cudaCtxResetPersistingL2Cache).
-// The up/down variant a call runs: AUTO = TWELL_UPDOWN_DEFAULT, the fastest measured (the token-major kernel; the
-// sliced one is selectable: slower at the paper's shapes on uniform patterns, see twell/NOTES.md).
+// The up/down variant a call runs: AUTO = the fastest measured: TWELL_UPDOWN_DEFAULT_GATED (split: two
+// token-major kernels) for gated layers whose D it takes, else TWELL_UPDOWN_DEFAULT (the fused token-major
+// kernel). The sliced one is selectable: slower at the paper's shapes on uniform patterns, see twell/NOTES.md.
 static inline int twell_ffn_updown_resolve(const TwellFFNWorkspace *ws) {
-    if (ws->updown_variant == TWELL_UPDOWN_AUTO) return TWELL_UPDOWN_DEFAULT;
+    if (ws->updown_variant == TWELL_UPDOWN_AUTO)
+        return ws->gated && twell_split_supports(ws->D) ? TWELL_UPDOWN_DEFAULT_GATED : TWELL_UPDOWN_DEFAULT;
     return ws->updown_variant;
 }
 
 // 1 if variant v can run on this workspace (the test and benchmark loops use it).
 static inline int twell_ffn_updown_supports(const TwellFFNWorkspace *ws, int v) {
     if (v == TWELL_UPDOWN_SLICED) return ws->sl_ok;
+    if (twell_updown_is_split(v)) return ws->gated && twell_split_supports(ws->D);
     return twell_updown_variant_supports(v, ws->D);
 }
 
@@ -328,6 +375,35 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
     const bf16 *wu = Wu, *wd = WdT;
     int ldw = D;
     if (ws->Wi) { wu = ws->Wi; wd = ws->Wi + D; ldw = 2 * D; }
+    if (twell_updown_is_split(variant)) {
+        if (!ws->gated || !twell_split_supports(D)) {
+            fprintf(stderr, "error: twell: the split up/down takes gated FFNs with D <= 8192 (gated=%d D=%d)\n",
+                    ws->gated, D);
+            return TWELL_ERR_SHAPE;
+        }
+        if (!ws->split_pairs[0]) twell_ffn_split_alloc(ws);  // (allocated by workspace_create for every gated shape)
+        const int words = TWELL_TILE / ws->C;
+        const int nchunks = CEIL_DIV(M, ws->split_rows);
+        const int heavy_first = ws->split_order_mode == TWELL_SPLIT_ORDER_HEAVY_FIRST ||
+                                (ws->split_order_mode == TWELL_SPLIT_ORDER_AUTO && ws->split_last_heavy != 0);
+        if (nchunks > 1) {  // fork: pack_stream's chunks start after everything before on `stream` (the gate)
+            cudaCheck(cudaEventRecord(ws->ev_split[0], stream));
+            cudaCheck(cudaStreamWaitEvent(ws->pack_stream, ws->ev_split[0], 0));
+        }
+        for (int c = 0; c < nchunks; c++) {
+            const int r0 = c * ws->split_rows, rows = M - r0 < ws->split_rows ? M - r0 : ws->split_rows;
+            const uint32_t *tw = ws->tw + (size_t)r0 * (F / TWELL_TILE) * words;
+            twell_split_launch<4, 4>(tw, X + (size_t)r0 * D, wu, wd, ldw, Y + (size_t)r0 * D, ws->split_pairs[c & 1],
+                                     ws->split_cnt[c & 1], heavy_first ? ws->split_order[c & 1] : NULL,
+                                     &ws->counters->n_heavy, &ws->counters->nnz_sparse, rows, D, F, ws->C,
+                                     (c & 1) ? ws->pack_stream : stream);
+        }
+        if (nchunks > 1) {  // join
+            cudaCheck(cudaEventRecord(ws->ev_split[1], ws->pack_stream));
+            cudaCheck(cudaStreamWaitEvent(stream, ws->ev_split[1], 0));
+        }
+        return TWELL_OK;
+    }
     if (!ws->gated && !ws->Wi) wu = WdT;  // unused by the non-gated kernel
     cudaAccessPolicyWindow win;
     memset(&win, 0, sizeof win);
@@ -355,7 +431,7 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
     }
     int win_failed = 0;
     int e = twell_updown_launch(variant, ws->gated, ws->tw, X, wu, wd, ldw, Y, M, D, F, ws->C, stream,
-                                ws->l2_persist ? &win : NULL, &win_failed);
+                                ws->l2_persist ? &win : NULL, &win_failed, &ws->counters->nnz_sparse);
     if (win_failed) twell_ffn_set_l2_persist(ws, 0);
     return e;
 }
@@ -499,7 +575,8 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         else if (ws->last_mean_nnz < 0)  // unknown: run sparse, which measures
             path = TWELL_PATH_SPARSE;
         else
-            path = twell_dispatch_decide(&ws->model, ws->last_mean_nnz, ws->last_ovf_frac, ws->last_path);
+            path = twell_dispatch_decide(&ws->model, ws->last_mean_nnz * ws->last_sparse_share, ws->last_ovf_frac,
+                                         ws->last_path);
     }
     const bf16 *W1 = ws->gated ? Wg : Wu;
     if (path == TWELL_PATH_DENSE) {
@@ -532,6 +609,12 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         if (n_ovf < 0 || n_ovf > M) SLLM_FATAL("twell: device overflow count %d out of range [0, %d]", n_ovf, M);
         r.updown = ws->last_updown;
         r.sliced_rows = ws->counters_host->sl_rows;
+        if (twell_updown_is_split(r.updown)) ws->split_last_heavy = ws->counters_host->n_heavy;
+        // The share of the active units in rows the up/down computed (the rest: overflow rows, dense fallback);
+        // the sliced up/down does not count them (share 1, as before).
+        const unsigned long long nnz_all = ws->counters_host->nnz;
+        ws->last_sparse_share = (r.updown != TWELL_UPDOWN_SLICED && nnz_all > 0)
+                                    ? (double)ws->counters_host->nnz_sparse / (double)nnz_all : 1.0;
         ws->sl_rows_total += r.sliced_rows;
         if (n_ovf > 0)
             twell_dense_ffn(mm, &ws->dense, ws->gated, X, Wg, Wu, WdT, Y, ws->ovf_list, n_ovf, ws->D, ws->F, NULL,
@@ -594,13 +677,14 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
     cudaCheck(cudaEventDestroy(e0));
     cudaCheck(cudaEventDestroy(e1));
     if (err) return err;
-    if (!(t[0] > 0) || !(r.mean_nnz > 0)) {
-        fprintf(stderr, "error: twell_ffn_calibrate: nothing to fit (dense %.4f ms, mean nnz %.2f): model unchanged\n",
-                t[0], r.mean_nnz);
+    const double sparse_nnz = r.mean_nnz * ws->last_sparse_share;  // per token, in rows the up/down computed
+    if (!(t[0] > 0) || !(sparse_nnz > 0)) {
+        fprintf(stderr, "error: twell_ffn_calibrate: nothing to fit (dense %.4f ms, mean nnz %.2f of which %.2f in rows "
+                        "the sparse up/down computes): model unchanged\n", t[0], r.mean_nnz, sparse_nnz);
         return TWELL_ERR_ARG;
     }
     double s0 = (t[1] + t[3]) / t[0];
-    double s1 = (t[2] - t[3]) / (r.mean_nnz * t[0]);
+    double s1 = (t[2] - t[3]) / (sparse_nnz * t[0]);
     if (s1 < 1e-6) s1 = 1e-6;
     ws->model.s0 = s0;
     ws->model.s1 = s1;

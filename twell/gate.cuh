@@ -42,7 +42,9 @@ typedef struct {
     unsigned long long nnz;  // sum over rows and tiles of the true count
     int n_ovf;               // number of overflow rows (entries valid in ovf_list)
     int sl_rows;             // of those: rows whose block did not fit the sliced up/down's slot area
-    long long pad;
+    int n_heavy;             // split up/down: non-overflow rows with >= TWELL_SPLIT_HEAVY active units
+    int pad;
+    unsigned long long nnz_sparse;  // token-major up/downs (fused, split): active units of the NON-overflow rows
 } TwellCounters;
 
 enum {

@@ -34,23 +34,16 @@ __device__ __forceinline__ void twell_bf16x8_to_f32(const uint4 v, float f[8]) {
     }
 }
 
-template <int NT, int CH, int G, bool GATED, bool FENCE>
-__global__ void __launch_bounds__(NT)
-twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X, const bf16 *__restrict__ Wu,
-                    const bf16 *__restrict__ WdT, bf16 *__restrict__ Y, int M, int D, int F, int words, int ldw) {
-    constexpr int NW = NT / 32;
-    extern __shared__ __align__(16) unsigned char twell_smem[];
-    const int tiles = F / TWELL_TILE, slots = words - 1, row_words = tiles * words;
-    int *s_off = reinterpret_cast<int *>(twell_smem);  // [tiles + 1]
-    int *s_col = s_off + tiles + 1;                    // [tiles * slots]
-    float *s_g = reinterpret_cast<float *>(s_col + tiles * slots);
-    __shared__ float s_red[2][NW][G];
+// Compacts one TwELL row (tiles x words uint32, read evict-first) with a block of NT threads into shared
+// memory: s_col[i] / s_g[i] = global column / gate value of the row's i-th active unit, column order.
+// s_off: tiles + 1 ints of scratch (exclusive scan of the tile counts by warp 0). Returns the number of
+// active units, or -1 if some tile overflows (count > slots: the dense fallback computes the row). Every
+// thread of the block must call it (it contains __syncthreads); the result is the same in every thread.
+template <int NT>
+__device__ __forceinline__ int twell_block_compact_row(const uint32_t *__restrict__ trow, int tiles, int words,
+                                                       int *s_off, int *s_col, float *s_g) {
     __shared__ int s_ovf;
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int row = blockIdx.x;
-    const uint32_t *trow = tw + (size_t)row * row_words;
-
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, slots = words - 1, row_words = tiles * words;
     // 1. tile counts, overflow test, exclusive scan (warp 0).
     for (int t = tid; t < tiles; t += NT) s_off[t] = (int)__ldcs(trow + (size_t)t * words);
     __syncthreads();
@@ -73,8 +66,7 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
         if (lane == 0) { s_off[tiles] = carry; s_ovf = ovf; }
     }
     __syncthreads();
-    if (s_ovf) return;  // whole block: the dense fallback computes this row
-
+    if (s_ovf) return -1;
     // 2. compact (global column, gate value) into shared memory, column order.
     for (int w = tid; w < row_words; w += NT) {
         int t = w / words, k = w - t * words;
@@ -86,7 +78,27 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
         }
     }
     __syncthreads();
-    const int total = s_off[tiles];
+    return s_off[tiles];
+}
+
+template <int NT, int CH, int G, bool GATED, bool FENCE>
+__global__ void __launch_bounds__(NT)
+twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X, const bf16 *__restrict__ Wu,
+                    const bf16 *__restrict__ WdT, bf16 *__restrict__ Y, int M, int D, int F, int words, int ldw,
+                    unsigned long long *__restrict__ nnz_sparse) {
+    constexpr int NW = NT / 32;
+    extern __shared__ __align__(16) unsigned char twell_smem[];
+    const int tiles = F / TWELL_TILE, slots = words - 1, row_words = tiles * words;
+    int *s_off = reinterpret_cast<int *>(twell_smem);  // [tiles + 1]
+    int *s_col = s_off + tiles + 1;                    // [tiles * slots]
+    float *s_g = reinterpret_cast<float *>(s_col + tiles * slots);
+    __shared__ float s_red[2][NW][G];
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int row = blockIdx.x;
+    const int total = twell_block_compact_row<NT>(tw + (size_t)row * row_words, tiles, words, s_off, s_col, s_g);
+    if (total < 0) return;  // whole block: the dense fallback computes this row
+    if (nnz_sparse && tid == 0 && total > 0) atomicAdd(nnz_sparse, (unsigned long long)total);
     const int nchunks = D / 8;
 
     float xf[CH][8], acc[CH][8];
@@ -210,9 +222,14 @@ enum {
     TWELL_UPDOWN_256_G1 = 13,
     TWELL_UPDOWN_SLICED = 14,       // twell/sliced.cuh (D-sliced, tensor cores): needs the FFN workspace, run
                                     // through twell_ffn_updown; selectable only (slower, twell/SLICED.md)
-    TWELL_UPDOWN_NUM_VARIANTS = 15,
+    TWELL_UPDOWN_SPLIT = 15,        // twell/updown_split.cuh: the up and the down as two token-major kernels; gated
+                                    // only, needs the FFN workspace (pairs buffer): run through twell_ffn_updown.
+                                    // The FFN's default for gated layers (TWELL_UPDOWN_DEFAULT_GATED).
+    TWELL_UPDOWN_NUM_VARIANTS = 16,
 };
-#define TWELL_UPDOWN_DEFAULT TWELL_UPDOWN_128_G2
+#define TWELL_UPDOWN_DEFAULT TWELL_UPDOWN_128_G2        // the fused kernel: non-gated layers, twell_updown_launch
+#define TWELL_UPDOWN_DEFAULT_GATED TWELL_UPDOWN_SPLIT   // gated layers through the FFN workspace (run 23: 1.82 vs
+                                                        // 1.90 ms for nt128_g2 at nnz 29, M 65536)
 
 typedef struct { int nt, g, fence; const char *name; } TwellUpdownVariantInfo;
 
@@ -233,17 +250,22 @@ static inline TwellUpdownVariantInfo twell_updown_variant_info(int v) {
     case TWELL_UPDOWN_32_G1: return {32, 1, 0, "nt32_g1"};
     case TWELL_UPDOWN_256_G1: return {256, 1, 0, "nt256_g1"};
     case TWELL_UPDOWN_SLICED: return {0, 0, 0, "sliced"};
+    case TWELL_UPDOWN_SPLIT: return {0, 0, 0, "split"};
     default: return {-1, 0, 0, "?"};
     }
 }
 
 static inline const char *twell_updown_variant_name(int v) { return twell_updown_variant_info(v).name; }
 
+static inline int twell_updown_is_split(int v) { return v == TWELL_UPDOWN_SPLIT; }
+static inline int twell_split_supports(int D) { return D % 8 == 0 && D <= 8192; }
+
 // 1 if variant v (AUTO resolved) can run with this D (D % 8 == 0, D <= 8192 assumed).
 // (TWELL_UPDOWN_SLICED: D % 64 == 0 here; F and shared memory are checked by twell_sliced_supports.)
 static inline int twell_updown_variant_supports(int v, int D) {
     if (v == TWELL_UPDOWN_AUTO) v = TWELL_UPDOWN_DEFAULT;
     if (v == TWELL_UPDOWN_SLICED) return D % 64 == 0;
+    if (twell_updown_is_split(v)) return twell_split_supports(D);
     TwellUpdownVariantInfo in = twell_updown_variant_info(v);
     return in.nt > 0 && D <= in.nt * 64;
 }
@@ -254,7 +276,7 @@ static inline int twell_updown_variant_supports(int v, int D) {
 template <int NT, int CH, int G, bool GATED, bool FENCE>
 static inline void twell_updown_launch_t(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
                                          int M, int D, int F, int words, int ldw, const cudaAccessPolicyWindow *win,
-                                         int *win_failed, cudaStream_t stream) {
+                                         int *win_failed, unsigned long long *nnz_sparse, cudaStream_t stream) {
     const int tiles = F / TWELL_TILE;
     size_t smem = sizeof(int) * (size_t)(tiles + 1) + (sizeof(int) + sizeof(float)) * (size_t)tiles * (words - 1);
     if (smem > 48 * 1024)
@@ -272,14 +294,15 @@ static inline void twell_updown_launch_t(const uint32_t *tw, const bf16 *X, cons
         cfg.attrs = attr;
         cfg.numAttrs = 1;
         cudaError_t e = cudaLaunchKernelEx(&cfg, twell_updown_kernel<NT, CH, G, GATED, FENCE>, tw, X, Wu, WdT, Y, M, D,
-                                           F, words, ldw);
+                                           F, words, ldw, nnz_sparse);
         if (e == cudaSuccess) return;
         fprintf(stderr, "warning: twell_updown: launch with an L2 access policy window failed (%s); launching "
                         "without it\n", cudaGetErrorString(e));
         (void)cudaGetLastError();
         if (win_failed) *win_failed = 1;
     }
-    twell_updown_kernel<NT, CH, G, GATED, FENCE><<<M, NT, smem, stream>>>(tw, X, Wu, WdT, Y, M, D, F, words, ldw);
+    twell_updown_kernel<NT, CH, G, GATED, FENCE><<<M, NT, smem, stream>>>(tw, X, Wu, WdT, Y, M, D, F, words, ldw,
+                                                                          nnz_sparse);
     cudaCheckLaunch();
 }
 
@@ -287,9 +310,9 @@ static inline void twell_updown_launch_t(const uint32_t *tw, const bf16 *X, cons
 template <int NT, int G, bool GATED, bool FENCE>
 static inline void twell_updown_launch_nt(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
                                           int M, int D, int F, int words, int ldw, const cudaAccessPolicyWindow *win,
-                                          int *win_failed, cudaStream_t stream) {
+                                          int *win_failed, unsigned long long *nnz_sparse, cudaStream_t stream) {
     const int nchunks = D / 8;
-#define TWELL_UD_ARGS tw, X, Wu, WdT, Y, M, D, F, words, ldw, win, win_failed, stream
+#define TWELL_UD_ARGS tw, X, Wu, WdT, Y, M, D, F, words, ldw, win, win_failed, nnz_sparse, stream
     if (nchunks <= NT) twell_updown_launch_t<NT, 1, G, GATED, FENCE>(TWELL_UD_ARGS);
     else if (nchunks <= 2 * NT) twell_updown_launch_t<NT, 2, G, GATED, FENCE>(TWELL_UD_ARGS);
     else if (nchunks <= 4 * NT) twell_updown_launch_t<NT, 4, (G < 2 ? G : 2), GATED, FENCE>(TWELL_UD_ARGS);
@@ -304,7 +327,8 @@ static inline void twell_updown_launch_nt(const uint32_t *tw, const bf16 *X, con
 template <bool GATED>
 static inline int twell_updown_launch_g(int variant, const uint32_t *tw, const bf16 *X, const bf16 *Wu,
                                         const bf16 *WdT, int ldw, bf16 *Y, int M, int D, int F, int C,
-                                        const cudaAccessPolicyWindow *win, int *win_failed, cudaStream_t stream) {
+                                        const cudaAccessPolicyWindow *win, int *win_failed,
+                                        unsigned long long *nnz_sparse, cudaStream_t stream) {
     const int words = TWELL_TILE / C;
     if (M <= 0) return TWELL_OK;
     if (D % 8 != 0 || D > 8192) {
@@ -326,13 +350,19 @@ static inline int twell_updown_launch_g(int variant, const uint32_t *tw, const b
                         "(twell/ffn.cuh) or twell_sliced_updown (twell/sliced.cuh)\n");
         return TWELL_ERR_ARG;
     }
+    if (twell_updown_is_split(variant)) {
+        fprintf(stderr, "error: twell_updown: the split variants need their pairs buffer: run them through "
+                        "twell_ffn_updown (twell/ffn.cuh) or twell_split_launch (twell/updown_split.cuh)\n");
+        return TWELL_ERR_ARG;
+    }
     if (!twell_updown_variant_supports(variant, D)) {
         fprintf(stderr, "error: twell_updown: variant %s needs D <= %d (got D=%d)\n",
                 twell_updown_variant_name(variant), twell_updown_variant_info(variant).nt * 64, D);
         return TWELL_ERR_SHAPE;
     }
 #define TWELL_UD(NT, G, FENCE) \
-    twell_updown_launch_nt<NT, G, GATED, FENCE>(tw, X, Wu, WdT, Y, M, D, F, words, ldw, win, win_failed, stream)
+    twell_updown_launch_nt<NT, G, GATED, FENCE>(tw, X, Wu, WdT, Y, M, D, F, words, ldw, win, win_failed, nnz_sparse, \
+                                                stream)
     switch (variant) {
     case TWELL_UPDOWN_128_G4: TWELL_UD(128, 4, false); break;
     case TWELL_UPDOWN_256_G4: TWELL_UD(256, 4, false); break;
@@ -353,12 +383,15 @@ static inline int twell_updown_launch_g(int variant, const uint32_t *tw, const b
 }
 
 // win / win_failed: optional L2 access policy window for this launch (NULL: none), see launch_t.
+// nnz_sparse (may be NULL): += the active units of the rows computed (the non-overflow rows).
 static inline int twell_updown_launch(int variant, int gated, const uint32_t *tw, const bf16 *X, const bf16 *Wu,
                                       const bf16 *WdT, int ldw, bf16 *Y, int M, int D, int F, int C,
                                       cudaStream_t stream, const cudaAccessPolicyWindow *win = NULL,
-                                      int *win_failed = NULL) {
-    return gated ? twell_updown_launch_g<true>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, stream)
-                 : twell_updown_launch_g<false>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, stream);
+                                      int *win_failed = NULL, unsigned long long *nnz_sparse = NULL) {
+    return gated ? twell_updown_launch_g<true>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, nnz_sparse,
+                                               stream)
+                 : twell_updown_launch_g<false>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, nnz_sparse,
+                                                stream);
 }
 
 // Interleaved weight layout: Wi [F, 2, D] with Wi[n, 0, :] = Wu[n, :] and Wi[n, 1, :] = WdT[n, :].

@@ -573,6 +573,70 @@ static void test_matmul_batched(void **state) {
     cudaFree(dx); cudaFree(dW); cudaFree(dout); cudaFree(dg); cudaFree(da);
 }
 
+// ---- GEMM with cuBLASLt's ReLU bit-mask epilogue (the TwELL gate's GEMM) vs CPU, bit for bit ------------------
+// Small-integer inputs (|x|, |w| <= 2, K 64: every sum is an integer of magnitude <= 256, exact in fp32 and
+// bf16, many exactly 0), so the output has one right answer whatever the algorithm, and so does the mask except
+// on products of exactly 0 (cuBLASLt sets those bits: relu'(0) = 1; the TwELL mask pack stores only values > 0).
+// Checked for the heuristic's algorithm (in a fresh context and after the plain GEMM of the shape was cached)
+// and for the one matmul_tune picks.
+static void test_matmul_relu_mask(void **state) {
+    SKIP_IF_NO_GPU();
+    const int M = 200, N = 384, K = 64;
+    printf("matmul_relu_mask M=%d N=%d K=%d, integer inputs\n", M, N, K);
+    float *x = (float *)sllm_malloc((size_t)M * K * 4), *W = (float *)sllm_malloc((size_t)N * K * 4);
+    for (size_t i = 0; i < (size_t)M * K; i++) x[i] = (float)((int)rng_below(&g_rng, 5) - 2);
+    for (size_t i = 0; i < (size_t)N * K; i++) W[i] = (float)((int)rng_below(&g_rng, 5) - 2);
+    bf16 *dx = dev_bf16(x, (size_t)M * K), *dW = dev_bf16(W, (size_t)N * K), *dout;
+    uint32_t *dmask;
+    cudaCheck(cudaMalloc((void **)&dout, (size_t)M * N * 2));
+    cudaCheck(cudaMalloc((void **)&dmask, (size_t)M * N / 8));
+    float *want = (float *)sllm_malloc((size_t)M * N * 4);
+    double *pre = (double *)sllm_malloc((size_t)M * N * 8);
+    int positives = 0, zeros = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) acc += (double)x[(size_t)i * K + k] * W[(size_t)j * K + k];
+            pre[(size_t)i * N + j] = acc;
+            want[(size_t)i * N + j] = acc > 0 ? (float)acc : 0.0f;
+            positives += acc > 0;
+            zeros += acc == 0;
+        }
+    assert_true(positives > M * N / 4 && zeros > 100);  // both sides of the boundary are exercised
+    uint32_t *mask = (uint32_t *)sllm_malloc((size_t)M * N / 8);
+    for (int pass = 0; pass < 3; pass++) {  // 0: fresh context; 1: plain GEMM cached first; 2: tuned
+        MatmulContext ctx;
+        matmul_context_init(&ctx);
+        if (pass == 1) matmul(&ctx, dout, 0, dx, 0, dW, 1, M, N, K, 1.0f, 0.0f, 0);
+        if (pass == 2) {
+            float f = 0, b = 0;
+            assert_true(matmul_tune(&ctx, dout, dx, dW, M, N, K, MATMUL_EPI_RELU_MASK, dmask, 2, 0, &f, &b) > 0);
+        }
+        poison(dout, (size_t)M * N * 2);
+        poison(dmask, (size_t)M * N / 8);
+        assert_int_equal(matmul_relu_mask(&ctx, dout, dmask, dx, dW, M, N, K, 0), 0);
+        float *h = get_bf16(dout, (size_t)M * N);
+        cudaCheck(cudaMemcpy(mask, dmask, (size_t)M * N / 8, cudaMemcpyDeviceToHost));
+        assert_memory_equal(h, want, (size_t)M * N * 4);
+        // Bit (i N + j): must be set for a positive product and clear for a negative one; a product of exactly 0
+        // may go either way (relu'(0)); the TwELL pack stores only values > 0, so it does not matter there.
+        int zero_set = 0;
+        for (size_t e = 0; e < (size_t)M * N; e++) {
+            const int bit = (mask[e / 32] >> (e % 32)) & 1;
+            if (pre[e] > 0 && !bit) fail_msg("mask bit %zu clear for a positive product %g", e, pre[e]);
+            if (pre[e] < 0 && bit) fail_msg("mask bit %zu set for a negative product %g", e, pre[e]);
+            zero_set += pre[e] == 0 && bit;
+        }
+        printf("  pass %d (%s): output bit-exact, mask right on %d positives and %d negatives (%d of %d zeros "
+               "flagged)\n", pass, pass == 0 ? "default algorithm" : pass == 1 ? "plain GEMM cached first" : "tuned",
+               positives, M * N - positives - zeros, zero_set, zeros);
+        free(h);
+        matmul_context_free(&ctx);
+    }
+    free(x); free(W); free(want); free(pre); free(mask);
+    cudaFree(dx); cudaFree(dW); cudaFree(dout); cudaFree(dmask);
+}
+
 int main(void) {
     const char *s = getenv("SLLM_TEST_SEED");
     g_seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
@@ -583,7 +647,7 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm),    cmocka_unit_test(test_rope),  cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_classifier), cmocka_unit_test(test_ffn),   cmocka_unit_test(test_adamw_and_norm),
-        cmocka_unit_test(test_matmul_batched),
+        cmocka_unit_test(test_matmul_batched),  cmocka_unit_test(test_matmul_relu_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

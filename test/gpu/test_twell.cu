@@ -287,10 +287,29 @@ static int count_ovf_rows(Problem *P) {
     return twell_pack_cpu(&s, P->pre.data(), (size_t)P->F, tw.data(), NULL, NULL);
 }
 
+// From the exact pre-activations: rows the split up/down counts as heavy (not overflowing, at least
+// TWELL_SPLIT_HEAVY active units), and the active units of the non-overflow rows and of all rows.
+static void row_stats(Problem *P, int *heavy, long long *nnz_ok, long long *nnz_all) {
+    const int slots = TWELL_TILE / P->C - 1;
+    *heavy = 0; *nnz_ok = 0; *nnz_all = 0;
+    for (int m = 0; m < P->M; m++) {
+        int total = 0, ovf = 0;
+        for (int t = 0; t < P->F / TWELL_TILE; t++) {
+            int c = 0;
+            for (int j = 0; j < TWELL_TILE; j++) c += P->pre[(size_t)m * P->F + t * TWELL_TILE + j] > 0;
+            total += c;
+            ovf |= c > slots;
+        }
+        *heavy += !ovf && total >= TWELL_SPLIT_HEAVY;
+        if (!ovf) *nnz_ok += total;
+        *nnz_all += total;
+    }
+}
+
 typedef struct { int M, D, F, C; int gate_chunk; } Shape;
 static const Shape kShapes[] = {
     {300, 256, 1024, 8, 2048}, {129, 64, 256, 8, 64}, {1000, 512, 768, 4, 300},
-    {77, 128, 512, 2, 2048},   {160, 2048, 5632, 8, 64},
+    {77, 128, 512, 2, 2048},   {160, 2048, 5632, 8, 64}, {96, 4096, 512, 4, 96},
 };
 
 static void run_shapes(int gated) {
@@ -311,6 +330,14 @@ static void run_shapes(int gated) {
         int want_ovf = count_ovf_rows(&P);
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse");
         assert_int_equal(r.path, TWELL_PATH_SPARSE);
+        assert_int_equal(r.updown, gated ? TWELL_UPDOWN_SPLIT : TWELL_UPDOWN_DEFAULT);  // the defaults (AUTO)
+        int want_heavy;
+        long long nnz_ok, nnz_all;
+        row_stats(&P, &want_heavy, &nnz_ok, &nnz_all);
+        // The dispatch model's share of active units in rows the up/down computed (the rest: overflow rows).
+        printf("    active units in non-overflow rows: %lld of %lld (share %.4f), heavy rows %d\n", nnz_ok, nnz_all,
+               ws.last_sparse_share, want_heavy);
+        assert_true(ws.last_sparse_share == (double)nnz_ok / (double)nnz_all);
         assert_int_equal(r.n_overflow - r.sliced_rows, want_ovf);
         assert_true(want_ovf > 0);  // the mix always contains overflow rows
         r = check_ffn(&P, &ws, TWELL_PATH_DENSE, -1, "dense");
@@ -329,6 +356,15 @@ static void run_shapes(int gated) {
             check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, name);
         }
         ws.updown_variant = TWELL_UPDOWN_AUTO;
+        if (gated) {  // the split up/down's row orders (heavy rows first or index order: same results), and its count
+            ws.split_order_mode = TWELL_SPLIT_ORDER_INDEX;
+            check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/split/index order");
+            ws.split_order_mode = TWELL_SPLIT_ORDER_HEAVY_FIRST;
+            check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/split/heavy rows first");
+            ws.split_order_mode = TWELL_SPLIT_ORDER_AUTO;
+            printf("    split: %d heavy rows (>= %d active units, not overflowing)\n", want_heavy, TWELL_SPLIT_HEAVY);
+            assert_int_equal(ws.split_last_heavy, want_heavy);
+        }
         // Interleaved weights [F, 2, D]: the converter bit for bit, then the FFN on them.
         bf16 *dWi;
         cudaCheck(cudaMalloc(&dWi, sizeof(bf16) * (size_t)sh.F * 2 * sh.D));
@@ -346,8 +382,9 @@ static void run_shapes(int gated) {
                 }
         }
         assert_int_equal(twell_ffn_set_interleaved(&ws, dWi), TWELL_OK);
+        check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/interleaved");  // AUTO: split when gated
         ws.updown_variant = TWELL_UPDOWN_DEFAULT;  // interleaving and the L2 window are token-major options
-        check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/interleaved");
+        check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/interleaved/fused");
         ws.updown_variant = TWELL_UPDOWN_128_G4;
         check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/interleaved/nt128_g4");
         ws.updown_variant = TWELL_UPDOWN_DEFAULT;
@@ -712,7 +749,7 @@ static void test_shape_errors(void **state) {
         TwellFFNWorkspace w2;
         assert_int_equal(twell_ffn_workspace_create(&w2, 8, 128, 8448, 8, 1), TWELL_OK);
         assert_int_equal(w2.sl_ok, 0);
-        assert_int_equal(twell_ffn_updown_resolve(&w2), TWELL_UPDOWN_DEFAULT);
+        assert_int_equal(twell_ffn_updown_resolve(&w2), TWELL_UPDOWN_DEFAULT_GATED);  // gated, D 128: split
         w2.updown_variant = TWELL_UPDOWN_SLICED;
         assert_int_equal(twell_ffn_updown(&w2, buf, buf, buf, buf, 8, 0), TWELL_ERR_SHAPE);
         assert_int_equal(twell_ffn_set_sliced_capacity(&w2, 10), TWELL_ERR_SHAPE);

@@ -15,11 +15,11 @@
 // Columns (ms, medians, inputs rotated over 3 X sets):
 //   gate    one dense cuBLASLt GEMM [M,D] x [D,F] -> bf16 (the floor of any dense-gate design)
 //   dense   our dense gated FFN (twell/dense_ffn.cuh: 3 GEMMs + relu*mul)
-//   sparse  our TwELL FFN (the default gate -> TwELL, the default up/down (AUTO: token-major nt128_g2),
-//           dense fallback for overflow rows)
+//   sparse  our TwELL FFN (the default gate -> TwELL, the default up/down (AUTO: split, the up and the down as
+//           two token-major kernels, for gated layers), dense fallback for overflow rows)
 //   s.gate / s.updown   the two parts of the sparse path timed alone
-//   sp.old / ud.old     the previous default path in the same rounds: the full-pack overlapped gate
-//           (cublas_pack_overlap) + the token-major up/down (nt128_g2), and that up/down alone
+//   sp.old / ud.old     the previous default path in the same rounds (runs 18-22): the same gate + the fused
+//           token-major up/down (nt128_g2), and that up/down alone
 //   auto    the dispatched path (TWELL_PATH_AUTO, history from the warm-up calls), with the model from
 //           twell_ffn_calibrate (run once per M on the uniform nnz-29 data, printed) unless --no-calibrate
 //   g.wgmma / sp.wgmma  the gate -> TwELL and the sparse FFN with the first wgmma gate of --gates (default
@@ -122,6 +122,36 @@ typedef struct {
     std::vector<double> nnzs;  // < 0 means 50%
     int pat_uniform, pat_heavy;
 } Opts;
+
+// L2 gather probe (--variants): what the token-major up/down's memory pattern can reach. Each CTA of 128
+// threads reads `per_cta` rows of `chunks` 16-byte chunks, row k at W + idx[k] * chunks, R rows in flight per
+// thread (2 chunks each), and XORs the words (written out so nothing is optimized away). Row indices: hash RNG over
+// [0, nrows). With nrows x chunks x 16 B = 23 MB (one weight matrix) or 46 MB (both) this is the up/down's
+// traffic (8 KB per pair) without any arithmetic: bytes / time = the L2 gather ceiling.
+template <int R>
+__global__ void bench_l2_gather(const uint4 *__restrict__ W, int nrows, int chunks, int per_cta, uint64_t seed,
+                                uint32_t *out) {
+    uint32_t acc = 0;
+    for (int i = 0; i < per_cta; i += R) {
+        uint4 v[R][2];
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            uint32_t h = ((uint32_t)seed ^ (blockIdx.x * 0x9E3779B9u + (uint32_t)(i + j) * 0x85EBCA6Bu)) * 0xC2B2AE35u;
+            h ^= h >> 15; h *= 0x27D4EB2Fu; h ^= h >> 13;
+            const int r = (int)__umulhi(h, (uint32_t)nrows);  // uniform in [0, nrows), no division
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int c = threadIdx.x + k * 128;
+                v[j][k] = (i + j < per_cta && c < chunks) ? __ldg(W + (size_t)r * chunks + c) : make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < R; j++)
+#pragma unroll
+            for (int k = 0; k < 2; k++) acc ^= v[j][k].x ^ v[j][k].y ^ v[j][k].z ^ v[j][k].w;
+    }
+    if (acc == 0x12345678u) out[blockIdx.x] = acc;  // practically never: keeps the loads
+}
 
 static std::vector<double> parse_list(const char *s) {
     std::vector<double> v;
@@ -384,7 +414,7 @@ int main(int argc, char **argv) {
                 const long long tw_diff_rows = NG ? tw_diff[0] : -1;
                 // Dispatch state of the auto column alone (the forced dense/sparse calls of the other columns
                 // must not feed its hysteresis): saved after each auto call, restored before the next.
-                double auto_nnz = ws.last_mean_nnz, auto_ovf = ws.last_ovf_frac;
+                double auto_nnz = ws.last_mean_nnz, auto_ovf = ws.last_ovf_frac, auto_share = ws.last_sparse_share;
                 int auto_last = ws.last_path;
                 TwellFFNResult ra = {0, -1, -1};
                 std::vector<std::function<void(int)>> fns = {
@@ -402,19 +432,20 @@ int main(int argc, char **argv) {
                             ws.dense_nnz_pending = 0;
                         }
                         ws.last_mean_nnz = auto_nnz; ws.last_ovf_frac = auto_ovf; ws.last_path = auto_last;
+                        ws.last_sparse_share = auto_share;
                         twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_AUTO, -1, &ra, 0);
                         auto_nnz = ws.last_mean_nnz; auto_ovf = ws.last_ovf_frac; auto_last = ws.last_path;
+                        auto_share = ws.last_sparse_share;
                     },
                     [&](int s) { twell_gate_forward(&mm, &ws, X[s], Wg, M, 0); },
                     [&](int s) { twell_ffn_updown(&ws, X[s], Wu, WdT, Y, M, 0); },
-                    [&](int s) {  // the previous default path: full-pack gate + token-major up/down
-                        const int gv = ws.gate_variant, uv = ws.updown_variant;
-                        ws.gate_variant = TWELL_GATE_CUBLAS_PACK_OVERLAP;
+                    [&](int s) {  // the previous default path (runs 18-22): mask gate + the fused token-major up/down
+                        const int uv = ws.updown_variant;
                         ws.updown_variant = TWELL_UPDOWN_DEFAULT;
                         twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0);
-                        ws.gate_variant = gv; ws.updown_variant = uv;
+                        ws.updown_variant = uv;
                     },
-                    [&](int s) {  // the token-major up/down alone (on the TwELL left by the previous column)
+                    [&](int s) {  // the fused token-major up/down alone (on the TwELL left by the previous column)
                         const int uv = ws.updown_variant;
                         ws.updown_variant = TWELL_UPDOWN_DEFAULT;
                         twell_ffn_updown(&ws, X[s], Wu, WdT, Y, M, 0);
@@ -591,6 +622,51 @@ int main(int argc, char **argv) {
                         printf(" %s %.3f", twell_updown_variant_name(v), tv);
                     }
                     ws.updown_variant = keep_v;
+                    // The split up/down's two kernels alone (twell/updown_split.cuh), chunk by chunk as the FFN runs them.
+                    if (twell_ffn_updown_supports(&ws, TWELL_UPDOWN_SPLIT)) {
+                        ws.updown_variant = TWELL_UPDOWN_SPLIT;
+                        twell_ffn_updown(&ws, X[0], Wu, WdT, Y, M, 0);  // leaves valid pairs in the buffers
+                        ws.updown_variant = keep_v;
+                        float ts[2];
+                        for (int st = 1; st <= 2; st++)  // every chunk through buffer 0 on one stream, rows heavy first
+                            ts[st - 1] = timeit([&](int s) {
+                                for (int r0 = 0; r0 < M; r0 += ws.split_rows) {
+                                    const int rows = std::min(ws.split_rows, M - r0);
+                                    twell_split_launch<4, 4>(ws.tw + (size_t)r0 * (F / ws.C), X[s] + (size_t)r0 * D, Wu,
+                                                             WdT, D, Y + (size_t)r0 * D, ws.split_pairs[0],
+                                                             ws.split_cnt[0], ws.split_order[0], NULL, NULL, rows, D, F,
+                                                             ws.C, 0, st);
+                                }
+                            });
+                        ws.updown_variant = TWELL_UPDOWN_SPLIT;
+                        ws.split_order_mode = TWELL_SPLIT_ORDER_INDEX;
+                        const float t_idx = timeit([&](int s) { twell_ffn_updown(&ws, X[s], Wu, WdT, Y, M, 0); });
+                        ws.split_order_mode = TWELL_SPLIT_ORDER_HEAVY_FIRST;
+                        const float t_ord = timeit([&](int s) { twell_ffn_updown(&ws, X[s], Wu, WdT, Y, M, 0); });
+                        ws.split_order_mode = TWELL_SPLIT_ORDER_AUTO;
+                        ws.updown_variant = keep_v;
+                        printf("\n    split stages: up %.3f down %.3f (chunk 0's buffer); split with rows in index order %.3f, "
+                               "heavy rows first %.3f (auto: %s, last call saw %d heavy rows)", ts[0], ts[1], t_idx, t_ord,
+                               ws.split_last_heavy != 0 ? "heavy first" : "index order", ws.split_last_heavy);
+                    }
+                    {  // the L2 gather ceiling: the up/down's bytes at nnz 29 (8 KB per pair) without arithmetic
+                        const int per_cta = 58, chunks = D / 8;  // 29 pairs x 2 rows per token
+                        for (int mats = 1; mats <= 2; mats++)
+                            for (int R : {4, 8}) {
+                                const int nrows = mats * F;
+                                float tg = timeit([&](int s) {
+                                    const uint4 *w = reinterpret_cast<const uint4 *>(Wi);
+                                    uint32_t *out = reinterpret_cast<uint32_t *>(Y);
+                                    if (R == 4) bench_l2_gather<4><<<M, 128, 0, 0>>>(w, nrows, chunks, per_cta, 77 + s, out);
+                                    else bench_l2_gather<8><<<M, 128, 0, 0>>>(w, nrows, chunks, per_cta, 77 + s, out);
+                                    cudaCheckLaunch();
+                                });
+                                const double bytes = (double)M * per_cta * chunks * 16.0;
+                                printf("\n    l2 gather %s (%.0f MB of rows), %d rows in flight: %.3f ms = %.2f TB/s",
+                                       mats == 1 ? "1 matrix" : "2 matrices", nrows * (double)chunks * 16.0 / 1e6, R, tg,
+                                       bytes / (tg * 1e-3) / 1e12);
+                            }
+                    }
                     printf("\n    options (%s):", twell_updown_variant_name(ws.updown_variant));
                     for (int opt = 0; opt < 4; opt++) {
                         set_opts(opt & 1, opt >> 1);

@@ -228,8 +228,8 @@ enum {
     TWELL_UPDOWN_NUM_VARIANTS = 16,
 };
 #define TWELL_UPDOWN_DEFAULT TWELL_UPDOWN_128_G2        // the fused kernel: non-gated layers, twell_updown_launch
-#define TWELL_UPDOWN_DEFAULT_GATED TWELL_UPDOWN_SPLIT   // gated layers through the FFN workspace (run 23: 1.82 vs
-                                                        // 1.90 ms for nt128_g2 at nnz 29, M 65536)
+#define TWELL_UPDOWN_DEFAULT_GATED TWELL_UPDOWN_SPLIT   // gated layers through the FFN workspace (run 34: 1.76 vs
+                                                        // 1.93 ms for nt128_g2 at nnz 29, M 65536)
 
 typedef struct { int nt, g, fence; const char *name; } TwellUpdownVariantInfo;
 

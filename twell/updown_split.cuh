@@ -1,10 +1,10 @@
 // twell/updown_split.cuh: the gated up + down of the TwELL FFN as TWO token-major kernels (up/down variant
 // `split`, the FFN's default for gated layers). Both gather whole weight rows from L2 like the fused kernel of
 // twell/updown.cuh (8 KB per (token, unit) pair), but without its barrier per group of units: the up kernel
-// has one barrier per row, the down kernel none. Measured on the H200 (run 23, M 65536, nnz 29): 1.76-1.86 ms
-// against 1.91-1.92 for the fused kernel; a pure gather of the same rows (bench_ffn --variants, "l2 gather")
+// has one barrier per row, the down kernel none. Measured on the H200 (run 34, M 65536, nnz 29): 1.76 ms
+// against 1.93 for the fused kernel; a pure gather of the same rows (bench_ffn --variants, "l2 gather")
 // takes 1.58 ms (9.8 TB/s), the floor of any token-major up/down. That each kernel reads one 23 MB matrix
-// (the fused one reads 46 MB) made no difference by itself (same kernels, one stream: 2.00 ms).
+// (the fused one reads 46 MB) made no difference by itself (a first version on one stream: 2.00 ms).
 //
 //   up:    for every active (token m, unit n):  h[m, n] = g[m, n] * (x[m,:] . Wu[n,:])    (fp32, not rounded)
 //   down:  y[m,:] = sum over the token's active n of  h[m, n] * WdT[n,:]                 (fp32, bf16 once)
@@ -17,8 +17,10 @@
 // The workspace (twell/ffn.cuh) runs both kernels per chunk of TWELL_SPLIT_CHUNK rows, so pairs/cnt hold one
 // chunk (16384 rows x 682 x 8 B = 89 MB at the paper's shape), alternating two buffers on two streams so that
 // the tail of one chunk overlaps the next. Within a chunk, rows with many active units (the first tokens of a
-// sequence) run first (twell_split_order_kernel): a CTA walks its row's units serially, so a heavy row started
-// last would trail the launch (heavy pattern, nnz 8: 1.08 ms in index order, 0.87 heavy rows first).
+// sequence) can run first (twell_split_order_kernel; the workspace does so when its previous call had such
+// rows): a CTA walks its row's units serially, so a heavy row started late trails the launch (heavy pattern,
+// nnz 8: 1.08 ms in index order, 0.90 heavy rows first); without heavy rows the order only costs a dependent
+// load per CTA (uniform nnz 29: 1.76 ms in index order, 1.85 heavy rows first).
 //
 // Up kernel: one CTA of 128 threads per token. The row's TwELL is compacted into shared memory (column order,
 // twell_block_compact_row); thread i holds the 16-byte chunks i, i + 128, ... of x in fp32 registers; every

@@ -34,6 +34,59 @@ __device__ __forceinline__ void twell_bf16x8_to_f32(const uint4 v, float f[8]) {
     }
 }
 
+// p[j] = this thread's partial dot of row j with x: sum over its chunks k and elements e of xf[k][e] * w[j][k][e]
+// (fp32 FMAs of the upcast bf16 values, in order); the caller reduces p[j] over the threads.
+template <int G, int CH>
+__device__ __forceinline__ void twell_dot_rows(const uint4 (&w)[G][CH], const float (&xf)[CH][8], float (&p)[G]) {
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+        p[j] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < CH; k++) {
+            float f[8];
+            twell_bf16x8_to_f32(w[j][k], f);
+#pragma unroll
+            for (int e = 0; e < 8; e++) p[j] = fmaf(xf[k][e], f[e], p[j]);
+        }
+    }
+}
+
+// acc[k][e] += h[j] * w[j][k][e] over the G rows j (fp32 FMAs of the upcast bf16 values, j in order).
+template <int G, int CH>
+__device__ __forceinline__ void twell_accumulate_rows(const uint4 (&w)[G][CH], const float (&h)[G],
+                                                      float (&acc)[CH][8]) {
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+#pragma unroll
+        for (int k = 0; k < CH; k++) {
+            float f[8];
+            twell_bf16x8_to_f32(w[j][k], f);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[k][e] = fmaf(h[j], f[e], acc[k][e]);
+        }
+    }
+}
+
+// Writes this thread's 16-byte chunks ci = threadIdx.x + k * NT (< nchunks) of an output row: acc rounded to
+// bf16 (round to nearest), streamed (evict-first).
+template <int NT, int CH>
+__device__ __forceinline__ void twell_store_row_bf16(const float (&acc)[CH][8], bf16 *yrow, int nchunks) {
+#pragma unroll
+    for (int k = 0; k < CH; k++) {
+        const int ci = threadIdx.x + k * NT;
+        if (ci < nchunks) {
+            uint4 o;
+            uint32_t *ow = reinterpret_cast<uint32_t *>(&o);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                __nv_bfloat162 b = __floats2bfloat162_rn(acc[k][2 * i], acc[k][2 * i + 1]);
+                ow[i] = *reinterpret_cast<uint32_t *>(&b);
+            }
+            __stcs(reinterpret_cast<uint4 *>(yrow) + ci, o);
+        }
+    }
+}
+
 // Compacts one TwELL row (tiles x words uint32, read evict-first) with a block of NT threads into shared
 // memory: s_col[i] / s_g[i] = global column / gate value of the row's i-th active unit, column order.
 // s_off: tiles + 1 ints of scratch (exclusive scan of the tile counts by warp 0). Returns the number of
@@ -142,17 +195,7 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
         float h[G];
         if (GATED) {
             float p[G];
-#pragma unroll
-            for (int j = 0; j < G; j++) {
-                p[j] = 0.0f;
-#pragma unroll
-                for (int k = 0; k < CH; k++) {
-                    float w[8];
-                    twell_bf16x8_to_f32(wu[j][k], w);
-#pragma unroll
-                    for (int e = 0; e < 8; e++) p[j] = fmaf(xf[k][e], w[e], p[j]);
-                }
-            }
+            twell_dot_rows<G, CH>(wu, xf, p);
 #pragma unroll
             for (int j = 0; j < G; j++) p[j] = warp_sum(p[j]);
             if (lane == 0) {
@@ -172,32 +215,9 @@ twell_updown_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X,
 #pragma unroll
             for (int j = 0; j < G; j++) h[j] = g[j];
         }
-#pragma unroll
-        for (int j = 0; j < G; j++) {
-#pragma unroll
-            for (int k = 0; k < CH; k++) {
-                float w[8];
-                twell_bf16x8_to_f32(wd[j][k], w);
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[k][e] = fmaf(h[j], w[e], acc[k][e]);
-            }
-        }
+        twell_accumulate_rows<G, CH>(wd, h, acc);
     }
-
-#pragma unroll
-    for (int k = 0; k < CH; k++) {
-        const int ci = tid + k * NT;
-        if (ci < nchunks) {
-            uint4 o;
-            uint32_t *ow = reinterpret_cast<uint32_t *>(&o);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                __nv_bfloat162 b = __floats2bfloat162_rn(acc[k][2 * i], acc[k][2 * i + 1]);
-                ow[i] = *reinterpret_cast<uint32_t *>(&b);
-            }
-            __stcs(reinterpret_cast<uint4 *>(Y + (size_t)row * D + (size_t)ci * 8), o);
-        }
-    }
+    twell_store_row_bf16<NT, CH>(acc, Y + (size_t)row * D, nchunks);
 }
 
 // Variants of the up/down kernel: block threads NT per token and neurons per group G. The 16-byte

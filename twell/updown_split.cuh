@@ -99,17 +99,7 @@ twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ 
             }
         }
         float p[G];
-#pragma unroll
-        for (int j = 0; j < G; j++) {
-            p[j] = 0.0f;
-#pragma unroll
-            for (int k = 0; k < CH; k++) {
-                float w[8];
-                twell_bf16x8_to_f32(wu[j][k], w);
-#pragma unroll
-                for (int e = 0; e < 8; e++) p[j] = fmaf(xf[k][e], w[e], p[j]);
-            }
-        }
+        twell_dot_rows<G, CH>(wu, xf, p);
 #pragma unroll
         for (int j = 0; j < G; j++) p[j] = warp_sum(p[j]);
         if (lane < G && base + lane < total) {
@@ -164,30 +154,9 @@ twell_split_down_kernel(const uint2 *__restrict__ pairs, const int *__restrict__
                                : make_uint4(0, 0, 0, 0);
             }
         }
-#pragma unroll
-        for (int j = 0; j < G; j++)
-#pragma unroll
-            for (int k = 0; k < CH; k++) {
-                float w[8];
-                twell_bf16x8_to_f32(wd[j][k], w);
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[k][e] = fmaf(h[j], w[e], acc[k][e]);
-            }
+        twell_accumulate_rows<G, CH>(wd, h, acc);
     }
-#pragma unroll
-    for (int k = 0; k < CH; k++) {
-        const int ci = tid + k * NT;
-        if (ci < nchunks) {
-            uint4 o;
-            uint32_t *ow = reinterpret_cast<uint32_t *>(&o);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                __nv_bfloat162 b = __floats2bfloat162_rn(acc[k][2 * i], acc[k][2 * i + 1]);
-                ow[i] = *reinterpret_cast<uint32_t *>(&b);
-            }
-            __stcs(reinterpret_cast<uint4 *>(Y + (size_t)row * D) + ci, o);
-        }
-    }
+    twell_store_row_bf16<NT, CH>(acc, Y + (size_t)row * D, nchunks);
 }
 
 // Row order of both kernels: rows with at least TWELL_SPLIT_HEAVY active units first (their CTAs run longest:

@@ -174,10 +174,27 @@ static inline int matmul_lt(MatmulContext *ctx, void *out, int out_f32, long lon
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                          &ctx->workspace_size, sizeof(ctx->workspace_size)));
-        cublasLtMatmulHeuristicResult_t res;
+        // The heuristic's first algorithm, except for the ReLU bit-mask epilogue: there its first pick (192x192
+        // tiles on the H200 at the gate's shapes) is 12-20% slower than its 128x128 candidate (0.56-0.59 vs
+        // 0.49-0.50 ms per 16384 x 5632 x 2048 chunk, 2.47 vs 2.17 ms at M 65536; runs 37-38 of dev/RESULTS.md),
+        // so a 128x128 candidate is preferred when the heuristic offers one. Deterministic (no timing).
+        cublasLtMatmulHeuristicResult_t cand[16];
         int found = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, lb, la, lc, lc, pref, 1, &res, &found);
+        const int want = epi == MATMUL_EPI_RELU_MASK ? 16 : 1;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, lb, la, lc, lc, pref, want, cand, &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        int pick = 0;
+        for (int a = 0; epi == MATMUL_EPI_RELU_MASK && st == CUBLAS_STATUS_SUCCESS && a < found; a++) {
+            uint32_t tile = 0;
+            size_t written = 0;
+            if (cublasLtMatmulAlgoConfigGetAttribute(&cand[a].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                                     &written) == CUBLAS_STATUS_SUCCESS &&
+                tile == CUBLASLT_MATMUL_TILE_128x128) {
+                pick = a;
+                break;
+            }
+        }
+        const cublasLtMatmulHeuristicResult_t &res = cand[pick];
         if (batch == 1 && epi == MATMUL_EPI_NONE && (st != CUBLAS_STATUS_SUCCESS || found == 0))
             SLLM_FATAL("matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d trans_a=%d trans_b=%d out_f32=%d (%s)", M,
                        N, K, trans_a, trans_b, out_f32, cublasGetStatusString(st));
@@ -211,12 +228,36 @@ static inline int matmul_relu_mask(MatmulContext *ctx, bf16 *out, uint32_t *mask
     return matmul_lt(ctx, out, 0, 0, A, 0, 0, W, 1, 0, 1, M, N, K, 1.0f, 0.0f, MATMUL_EPI_RELU_MASK, mask, stream);
 }
 
+// One line describing a cuBLASLt algorithm (its configuration attributes) and its time: matmul_tune's
+// SLLM_MATMUL_TUNE_VERBOSE=1 report.
+static inline void matmul_algo_print(const cublasLtMatmulAlgo_t *algo, int index, float ms) {
+    const cublasLtMatmulAlgoConfigAttributes_t attrs[] = {
+        CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+        CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+        CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID};
+    const char *names[] = {"id", "tile", "stages", "cluster", "splitk", "swizzle", "inner"};
+    printf("  candidate %2d: %.3f ms", index, ms);
+    for (int i = 0; i < 7; i++) {
+        size_t size = 0;  // the attribute's own size (cuBLASLt wants the buffer size to match)
+        if (cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], NULL, 0, &size) != CUBLAS_STATUS_SUCCESS || size == 0 ||
+            size > 8)
+            continue;
+        unsigned char buf[8] = {0};
+        if (cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], buf, size, &size) != CUBLAS_STATUS_SUCCESS) continue;
+        uint64_t v = 0;
+        for (size_t b = 0; b < size; b++) v |= (uint64_t)buf[b] << (8 * b);  // little-endian
+        printf(" %s %llu", names[i], (unsigned long long)v);
+    }
+    printf("\n");
+}
+
 // Opt-in autotuning of one batch-1 GEMM  out[M, N] = A[M, K] @ W^T (W [N, K]) with epilogue epi: times up to 16
 // algorithms that cuBLASLt's heuristic offers (one warm-up, then the median of `reps` runs each, on the caller's
 // buffers, which it overwrites) and caches the fastest, so later matmul / matmul_relu_mask calls of this shape use
 // it. Returns the number of algorithms timed (0: none, nothing changed); *first_ms = the heuristic's first choice,
 // *best_ms = the fastest. NOT called by default: the fastest algorithm can differ from run to run and two
 // algorithms may round differently, so tuned runs are reproducible only within one process.
+// SLLM_MATMUL_TUNE_VERBOSE=1 prints every candidate's configuration (tile, stages, cluster ids) and time.
 static inline int matmul_tune(MatmulContext *ctx, bf16 *out, const bf16 *A, const bf16 *W, int M, int N, int K, int epi,
                               void *mask, int reps, cudaStream_t stream, float *first_ms, float *best_ms) {
     if (reps < 1) reps = 1;
@@ -234,6 +275,9 @@ static inline int matmul_tune(MatmulContext *ctx, bf16 *out, const bf16 *A, cons
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     int timed = 0, best = -1;
     float bms = 0.0f;
+    const char *venv = getenv("SLLM_MATMUL_TUNE_VERBOSE");
+    const int verbose = venv && venv[0] == '1';
+    if (verbose) printf("matmul_tune M=%d N=%d K=%d epilogue %d: %d candidates\n", M, N, K, epi, found);
     if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
         cudaEvent_t e0, e1;
         cudaCheck(cudaEventCreate(&e0));
@@ -255,6 +299,7 @@ static inline int matmul_tune(MatmulContext *ctx, bf16 *out, const bf16 *A, cons
             for (int i = 1; i < reps; i++)  // insertion sort for the median
                 for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
             const float med = t[reps / 2];
+            if (verbose) matmul_algo_print(&res[a].algo, a, med);
             if (timed == 0 && first_ms) *first_ms = med;
             if (best < 0 || med < bms) { best = a; bms = med; }
             timed++;

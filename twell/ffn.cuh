@@ -56,12 +56,12 @@
 // ~margin). Crossover nnz* = (1 - s0) / s1. twell_ffn_calibrate() measures s0 and s1 on the caller's
 // own data and GPU (recommended once at start-up); the defaults below are used until then.
 // Defaults: H200, D 2048, F 5632, M 65536, the MEASURED least-squares fit of bench_ffn (uniform rows,
-// nnz <= 160) with the current defaults (bit-mask gate in 16384-row chunks, untuned; up/down split):
-// s0 0.4151, s1 0.008121 -> crossover 72 (run 34 of dev/RESULTS.md; measured crossover 68 uniform, 76 heavy;
-// run 18 with the fused up/down: 0.4307 / 0.008136 -> 70). Refresh from bench_ffn's "fitted model" line after
-// kernel changes.
-#define TWELL_DISPATCH_S0 0.4151
-#define TWELL_DISPATCH_S1 0.008121
+// nnz 8-64) with the current defaults (bit-mask gate in 16384-row chunks on 128x128 tiles, untuned; up/down
+// split): s0 0.3483, s1 0.008397 -> crossover 78 (run 39 of dev/RESULTS.md; run 34, with the heuristic's
+// 192x192 tiles for the mask GEMM: 0.4151 / 0.008121 -> 72; run 18, fused up/down: 0.4307 / 0.008136 -> 70).
+// Refresh from bench_ffn's "fitted model" line after kernel changes.
+#define TWELL_DISPATCH_S0 0.3483
+#define TWELL_DISPATCH_S1 0.008397
 #define TWELL_DISPATCH_FOVF 1.2
 #define TWELL_DISPATCH_MARGIN 0.03
 

@@ -239,9 +239,8 @@ static inline void matmul_algo_print(const cublasLtMatmulAlgo_t *algo, int index
     printf("  candidate %2d: %.3f ms", index, ms);
     for (int i = 0; i < 7; i++) {
         size_t size = 0;  // the attribute's own size (cuBLASLt wants the buffer size to match)
-        if (cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], NULL, 0, &size) != CUBLAS_STATUS_SUCCESS || size == 0 ||
-            size > 8)
-            continue;
+        cublasStatus_t st = cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], NULL, 0, &size);
+        if (st != CUBLAS_STATUS_SUCCESS || size == 0 || size > 8) continue;
         unsigned char buf[8] = {0};
         if (cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], buf, size, &size) != CUBLAS_STATUS_SUCCESS) continue;
         uint64_t v = 0;

@@ -10,10 +10,11 @@
 // the mask pack, 16384-row chunks), (2) up+down on every non-overflow row (default, gated: the up and the
 // down as two token-major kernels, twell/updown_split.cuh; non-gated: the token-major kernel of
 // twell/updown.cuh; selectable: the fused token-major variants and the D-sliced tensor-core one of
-// twell/sliced.cuh, whose blocks that do not fit its slot area join the overflow rows), (3) overflow rows (a tile with more non-zeros than
-// slots) gathered and computed by the dense FFN (twell/dense_ffn.cuh) and scattered back. The number of
-// overflow rows and the mean number of active gates come back in TwellFFNResult. One host sync per sparse
-// call (to size the fallback GEMMs by the device overflow count); it overlaps the up/down kernel.
+// twell/sliced.cuh, whose blocks that do not fit its slot area join the overflow rows), (3) overflow rows (a
+// tile with more non-zeros than slots) gathered and computed by the dense FFN (twell/dense_ffn.cuh) and
+// scattered back. The number of overflow rows and the mean number of active gates come back in
+// TwellFFNResult. One host sync per sparse call (to size the fallback GEMMs by the device overflow count); it
+// overlaps the up/down kernels.
 // twell_ffn_tune_gate (opt-in) picks the fastest cuBLASLt algorithm for the gate GEMM by timing (since the
 // mask GEMM defaults to 128x128 tiles, run 39, it gains little: gate 2.24-2.29 tuned vs 2.15-2.27 ms).
 //

@@ -408,10 +408,10 @@ static inline int twell_updown_launch(int variant, int gated, const uint32_t *tw
                                       const bf16 *WdT, int ldw, bf16 *Y, int M, int D, int F, int C,
                                       cudaStream_t stream, const cudaAccessPolicyWindow *win = NULL,
                                       int *win_failed = NULL, unsigned long long *nnz_sparse = NULL) {
-    return gated ? twell_updown_launch_g<true>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, nnz_sparse,
-                                               stream)
-                 : twell_updown_launch_g<false>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, nnz_sparse,
-                                                stream);
+    return gated
+               ? twell_updown_launch_g<true>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, nnz_sparse, stream)
+               : twell_updown_launch_g<false>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, nnz_sparse,
+                                              stream);
 }
 
 // Interleaved weight layout: Wi [F, 2, D] with Wi[n, 0, :] = Wu[n, :] and Wi[n, 1, :] = WdT[n, :].

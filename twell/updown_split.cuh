@@ -229,9 +229,9 @@ static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, cons
 
 // Runs up then down on rows [0, M) (one chunk: pairs / cnt hold M rows, order M + 2 ints, or NULL: rows in
 // index order, no heavy-first ordering; n_heavy / nnz_sparse (may be NULL): += the heavy non-overflow rows / the
-// active units of the non-overflow rows). GU / GD: units per
-// step of the up and of the down kernel (4, 4). stages: 1 order + up only, 2 down only (benchmarks), 3 both.
-// The caller has checked twell_split_supports(D) and F % 256 == 0.
+// active units of the non-overflow rows). GU / GD: units per step of the up and of the down kernel (4, 4).
+// stages: 1 order + up only, 2 down only (benchmarks), 3 both. The caller has checked twell_split_supports(D)
+// and F % 256 == 0.
 template <int GU, int GD>
 static inline void twell_split_launch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, int ldw,
                                       bf16 *Y, uint2 *pairs, int *cnt, int *order, int *n_heavy,
@@ -239,10 +239,12 @@ static inline void twell_split_launch(const uint32_t *tw, const bf16 *X, const b
                                       int stages = 3) {
     const int words = TWELL_TILE / C;
     const int nchunks = D / 8;  // 16-byte chunks per row; CH per thread of a 128-thread CTA
-    if (nchunks <= 128) twell_split_launch_ch<1, GU, GD>(tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream);
-    else if (nchunks <= 256) twell_split_launch_ch<2, GU, GD>(tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream);
-    else if (nchunks <= 512) twell_split_launch_ch<4, GU, GD>(tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream);
-    else twell_split_launch_ch<8, GU, GD>(tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream);
+#define TWELL_SPLIT_ARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream
+    if (nchunks <= 128) twell_split_launch_ch<1, GU, GD>(TWELL_SPLIT_ARGS);
+    else if (nchunks <= 256) twell_split_launch_ch<2, GU, GD>(TWELL_SPLIT_ARGS);
+    else if (nchunks <= 512) twell_split_launch_ch<4, GU, GD>(TWELL_SPLIT_ARGS);
+    else twell_split_launch_ch<8, GU, GD>(TWELL_SPLIT_ARGS);
+#undef TWELL_SPLIT_ARGS
 }
 
 #endif  // SLLM_TWELL_UPDOWN_SPLIT_CUH

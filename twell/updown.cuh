@@ -409,7 +409,8 @@ static inline int twell_updown_launch(int variant, int gated, const uint32_t *tw
                                       cudaStream_t stream, const cudaAccessPolicyWindow *win = NULL,
                                       int *win_failed = NULL, unsigned long long *nnz_sparse = NULL) {
     return gated
-               ? twell_updown_launch_g<true>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, nnz_sparse, stream)
+               ? twell_updown_launch_g<true>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, nnz_sparse,
+                                             stream)
                : twell_updown_launch_g<false>(variant, tw, X, Wu, WdT, ldw, Y, M, D, F, C, win, win_failed, nnz_sparse,
                                               stream);
 }

@@ -378,12 +378,11 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
     int ldw = D;
     if (ws->Wi) { wu = ws->Wi; wd = ws->Wi + D; ldw = 2 * D; }
     if (twell_updown_is_split(variant)) {
-        if (!ws->gated || !twell_split_supports(D)) {
+        if (!twell_ffn_updown_supports(ws, variant)) {  // (its buffers exist exactly when this holds)
             fprintf(stderr, "error: twell: the split up/down takes gated FFNs with D <= 8192 (gated=%d D=%d)\n",
                     ws->gated, D);
             return TWELL_ERR_SHAPE;
         }
-        if (!ws->split_pairs[0]) twell_ffn_split_alloc(ws);  // (allocated by workspace_create for every gated shape)
         const int words = TWELL_TILE / ws->C;
         const int nchunks = CEIL_DIV(M, ws->split_rows);
         const int heavy_first = ws->split_order_mode == TWELL_SPLIT_ORDER_HEAVY_FIRST ||

@@ -130,7 +130,6 @@ typedef struct {
     // load per CTA, ~0.1 ms at M 65536), _HEAVY_FIRST, _INDEX.
     int split_order_mode;
     int split_last_heavy;     // heavy rows seen by the last sparse call (-1: none yet)
-    int split_down;           // its down kernel: TWELL_SPLIT_DOWN_TOKEN (default) or a weight-stationary one (_WS*)
     cudaStream_t pack_stream;     // side stream of the overlapped gate (non-blocking)
     cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
@@ -384,16 +383,6 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
                     ws->gated, D);
             return TWELL_ERR_SHAPE;
         }
-        if (ws->split_down < TWELL_SPLIT_DOWN_TOKEN || ws->split_down > TWELL_SPLIT_DOWN_WS1024) {
-            fprintf(stderr, "error: twell: unknown split down mode %d (expected 0..%d)\n", ws->split_down,
-                    TWELL_SPLIT_DOWN_WS1024);
-            return TWELL_ERR_ARG;
-        }
-        if (ws->split_down != TWELL_SPLIT_DOWN_TOKEN && !twell_split_down_ws_supports(D, F)) {
-            fprintf(stderr, "error: twell: the weight-stationary split down takes D %% 16 == 0 and F x 32 B of shared "
-                            "memory per block (D=%d F=%d: %zu B)\n", D, F, twell_split_down_ws_smem(F));
-            return TWELL_ERR_SHAPE;
-        }
         const int words = TWELL_TILE / ws->C;
         const int nchunks = CEIL_DIV(M, ws->split_rows);
         const int heavy_first = ws->split_order_mode == TWELL_SPLIT_ORDER_HEAVY_FIRST ||
@@ -408,7 +397,7 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
             twell_split_launch<4, 4>(tw, X + (size_t)r0 * D, wu, wd, ldw, Y + (size_t)r0 * D, ws->split_pairs[c & 1],
                                      ws->split_cnt[c & 1], heavy_first ? ws->split_order[c & 1] : NULL,
                                      &ws->counters->n_heavy, &ws->counters->nnz_sparse, rows, D, F, ws->C,
-                                     (c & 1) ? ws->pack_stream : stream, 3, ws->split_down);
+                                     (c & 1) ? ws->pack_stream : stream);
         }
         if (nchunks > 1) {  // join
             cudaCheck(cudaEventRecord(ws->ev_split[1], ws->pack_stream));

@@ -159,84 +159,6 @@ twell_split_down_kernel(const uint2 *__restrict__ pairs, const int *__restrict__
     twell_store_row_bf16<NT, CH>(acc, Y + (size_t)row * D, nchunks);
 }
 
-// Weight-stationary down (split down mode TWELL_SPLIT_DOWN_WS): the same sums as twell_split_down_kernel, in the
-// same order (so the same bits), but the weights stay in shared memory and the pairs move. CTA (s, part) keeps
-// the 16 columns [16 s, 16 s + 16) of every WdT row (F x 32 B: 176 KB at F 5632) and walks the rows of its
-// token partition (gridDim.y partitions, so that D / 16 x partitions CTAs cover the SMs): two lanes per row
-// (8 columns each), 16 rows per warp, groups of 16 rows handed out by a shared counter; each lane loops over
-// its row's pairs (read from global, 8 in flight), h x 8 weights from shared memory into fp32. A warp runs as
-// long as its longest row (heavy rows: first in `order`). Shapes: D % 16 == 0, F x 32 B of shared memory
-// (twell_split_down_ws_supports).
-template <int NT>
-__global__ void __launch_bounds__(NT)
-twell_split_down_ws_kernel(const uint2 *__restrict__ pairs, const int *__restrict__ cnt, const int *__restrict__ order,
-                           const bf16 *__restrict__ WdT, int ldw, bf16 *__restrict__ Y, int M, int D, int F, int P) {
-    extern __shared__ __align__(16) unsigned char twell_smem[];
-    uint4 *s_w = reinterpret_cast<uint4 *>(twell_smem);  // [F][2]: columns c0 .. c0 + 8, c0 + 8 .. c0 + 16 of row n
-    __shared__ int s_next;
-    const int c0 = blockIdx.x * 16;
-    for (int i = threadIdx.x; i < 2 * F; i += NT)
-        s_w[i] = __ldg(reinterpret_cast<const uint4 *>(WdT + (size_t)(i >> 1) * ldw + c0) + (i & 1));
-    if (threadIdx.x == 0) s_next = 0;
-    __syncthreads();
-    const int lane = threadIdx.x & 31, half = lane & 1;
-    const int r0 = (int)((long long)M * blockIdx.y / gridDim.y), r1 = (int)((long long)M * (blockIdx.y + 1) / gridDim.y);
-    const int ngroups = (r1 - r0 + 15) / 16;
-    for (;;) {
-        int g = 0;
-        if (lane == 0) g = atomicAdd(&s_next, 1);
-        g = __shfl_sync(0xffffffffu, g, 0);
-        if (g >= ngroups) break;
-        const int j = r0 + g * 16 + (lane >> 1);
-        const int row = j < r1 ? (order ? order[j] : j) : -1;
-        const int total = row >= 0 ? cnt[row] : -1;  // -1: no row, or an overflow row (the dense fallback's)
-        if (total < 0) continue;  // (every lane meets again at the shuffle above)
-        const uint2 *prow = pairs + (size_t)row * P;
-        float acc[1][8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[0][e] = 0.0f;
-        for (int base = 0; base < total; base += 8) {
-            uint2 pr[8];
-            if (P % 2 == 0) {
-                // 16-byte loads (rows of an even P are 16-byte aligned): lane `half` loads pairs i, i + 1 with
-                // i = base + 4 q + 2 half, and takes its partner's two by shuffles (both lanes of a row loop alike).
-                const unsigned pm = 3u << (lane & ~1);
-#pragma unroll
-                for (int q = 0; q < 2; q++) {
-                    const int i = base + 4 * q + 2 * half;  // i even < total <= P: i + 1 < P stays in the row
-                    const uint4 v = i < total ? __ldg(reinterpret_cast<const uint4 *>(prow + i)) : make_uint4(0, 0, 0, 0);
-                    const uint4 o = make_uint4(__shfl_xor_sync(pm, v.x, 1), __shfl_xor_sync(pm, v.y, 1),
-                                               __shfl_xor_sync(pm, v.z, 1), __shfl_xor_sync(pm, v.w, 1));
-                    const uint4 a = half ? o : v, b = half ? v : o;
-                    pr[4 * q] = make_uint2(a.x, a.y);
-                    pr[4 * q + 1] = make_uint2(a.z, a.w);
-                    pr[4 * q + 2] = make_uint2(b.x, b.y);
-                    pr[4 * q + 3] = make_uint2(b.z, b.w);
-                }
-            } else {
-#pragma unroll
-                for (int k = 0; k < 8; k++) pr[k] = base + k < total ? __ldg(prow + base + k) : make_uint2(0, 0);
-            }
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                if (base + k < total) {
-                    const uint4 w[1][1] = {{s_w[2 * pr[k].x + half]}};
-                    const float h[1] = {__uint_as_float(pr[k].y)};
-                    twell_accumulate_rows<1, 1>(w, h, acc);
-                }
-            }
-        }
-        uint4 o;
-        uint32_t *ow = reinterpret_cast<uint32_t *>(&o);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            __nv_bfloat162 b = __floats2bfloat162_rn(acc[0][2 * i], acc[0][2 * i + 1]);
-            ow[i] = *reinterpret_cast<uint32_t *>(&b);
-        }
-        __stcs(reinterpret_cast<uint4 *>(Y + (size_t)row * D + c0) + half, o);
-    }
-}
-
 // Row order of both kernels: rows with at least TWELL_SPLIT_HEAVY active units first (their CTAs run longest:
 // started first, they finish under the others instead of trailing the launch), then the rest, overflow rows
 // last (their CTAs exit at once). One thread per row, one atomic per warp and group (ballot + popc: the
@@ -271,49 +193,11 @@ __global__ void twell_split_order_kernel(const uint32_t *__restrict__ tw, int ro
     order[heavy ? hb + __popc(hm & below) : rows - 1 - (lb + __popc(lm & below))] = row;
 }
 
-// The down kernel of the split up/down (TwellFFNWorkspace.split_down): token-major (one CTA per row, weight rows
-// gathered from L2) or weight-stationary (twell_split_down_ws_kernel; WS1024: 1024 threads per CTA, else 512).
-enum { TWELL_SPLIT_DOWN_TOKEN = 0, TWELL_SPLIT_DOWN_WS = 1, TWELL_SPLIT_DOWN_WS1024 = 2 };
-
-static inline size_t twell_split_down_ws_smem(int F) { return (size_t)F * 32; }
-
-// Whether the weight-stationary down takes the shape on this GPU: D % 16 == 0 and F x 32 B of shared memory.
-static inline int twell_split_down_ws_supports(int D, int F) {
-    int dev = 0, optin = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return D % 16 == 0 && D >= 16 && twell_split_down_ws_smem(F) + 64 <= (size_t)optin;
-}
-
-template <int NT>
-static inline void twell_split_down_ws_launch(const uint2 *pairs, const int *cnt, const int *order, const bf16 *WdT,
-                                              int ldw, bf16 *Y, int M, int D, int F, int P, cudaStream_t stream) {
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    const size_t smem = twell_split_down_ws_smem(F);
-    cudaCheck(cudaFuncSetAttribute(twell_split_down_ws_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem));
-    const int slices = D / 16;
-    int parts = sms / slices;
-    if (parts < 1) parts = 1;
-    if (parts > CEIL_DIV(M, 16)) parts = CEIL_DIV(M, 16);
-    twell_split_down_ws_kernel<NT><<<dim3(slices, parts), NT, smem, stream>>>(pairs, cnt, order, WdT, ldw, Y, M, D,
-                                                                               F, P);
-    cudaCheckLaunch();
-}
-
 template <int CH, int GU0, int GD0>
 static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, int ldw,
                                          bf16 *Y, uint2 *pairs, int *cnt, int *order, int *n_heavy,
                                          unsigned long long *nnz_sparse, int M, int D, int F, int words, int stages,
-                                         cudaStream_t stream, int down) {
+                                         cudaStream_t stream) {
     constexpr int NT = TWELL_SPLIT_NT;
     constexpr int GU = CH >= 8 ? 1 : CH >= 4 ? (GU0 < 2 ? GU0 : 2) : GU0;  // registers (as in twell/updown.cuh)
     constexpr int GD = CH >= 8 ? 1 : CH >= 4 ? (GD0 < 2 ? GD0 : 2) : GD0;
@@ -337,11 +221,7 @@ static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, cons
                                                                        nnz_sparse, D, F, words);
         cudaCheckLaunch();
     }
-    if ((stages & 2) && down == TWELL_SPLIT_DOWN_WS) {
-        twell_split_down_ws_launch<512>(pairs, cnt, order, WdT, ldw, Y, M, D, F, P, stream);
-    } else if ((stages & 2) && down == TWELL_SPLIT_DOWN_WS1024) {
-        twell_split_down_ws_launch<1024>(pairs, cnt, order, WdT, ldw, Y, M, D, F, P, stream);
-    } else if (stages & 2) {
+    if (stages & 2) {
         twell_split_down_kernel<NT, CH, GD><<<M, NT, smem_down, stream>>>(pairs, cnt, order, WdT, ldw, Y, D, P);
         cudaCheckLaunch();
     }
@@ -350,16 +230,16 @@ static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, cons
 // Runs up then down on rows [0, M) (one chunk: pairs / cnt hold M rows, order M + 2 ints, or NULL: rows in
 // index order, no heavy-first ordering; n_heavy / nnz_sparse (may be NULL): += the heavy non-overflow rows / the
 // active units of the non-overflow rows). GU / GD: units per step of the up and of the down kernel (4, 4).
-// stages: 1 order + up only, 2 down only (benchmarks), 3 both. down: TWELL_SPLIT_DOWN_*. The caller has checked
-// twell_split_supports(D) and F % 256 == 0 (and twell_split_down_ws_supports for a weight-stationary down).
+// stages: 1 order + up only, 2 down only (benchmarks), 3 both. The caller has checked twell_split_supports(D)
+// and F % 256 == 0.
 template <int GU, int GD>
 static inline void twell_split_launch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, int ldw,
                                       bf16 *Y, uint2 *pairs, int *cnt, int *order, int *n_heavy,
                                       unsigned long long *nnz_sparse, int M, int D, int F, int C, cudaStream_t stream,
-                                      int stages = 3, int down = TWELL_SPLIT_DOWN_TOKEN) {
+                                      int stages = 3) {
     const int words = TWELL_TILE / C;
     const int nchunks = D / 8;  // 16-byte chunks per row; CH per thread of a 128-thread CTA
-#define TWELL_SPLIT_ARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream, down
+#define TWELL_SPLIT_ARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream
     if (nchunks <= 128) twell_split_launch_ch<1, GU, GD>(TWELL_SPLIT_ARGS);
     else if (nchunks <= 256) twell_split_launch_ch<2, GU, GD>(TWELL_SPLIT_ARGS);
     else if (nchunks <= 512) twell_split_launch_ch<4, GU, GD>(TWELL_SPLIT_ARGS);

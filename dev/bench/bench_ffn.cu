@@ -5,10 +5,6 @@
 //                   [--no-calibrate] [--tune] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]
 // --tune: per M, twell_ffn_tune_gate (the gate GEMM's fastest cuBLASLt algorithm, opt-in) and the same for the
 //         "gate" column's GEMM, before the rows.
-// --wsdown: a line under each row with the split up/down's down kernels side by side (twell/updown_split.cuh):
-//         the sparse FFN and the down stage alone (every chunk through buffer 0) with the token-major down and the
-//         weight-stationary down (512 and 1024 threads per CTA), in their own interleaved rounds; each output must
-//         equal the token-major one bit for bit.
 // --sliced: a line under each row with the sparse FFN through the sliced up/down (twell/sliced.cuh), timed in
 //         the same rounds, that up/down alone, and its stages (compaction / up / reduce / down, events).
 //
@@ -120,7 +116,7 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
 
 typedef struct {
     int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma, tune;
-    int sliced, wsdown;
+    int sliced;
     std::vector<int> Ms;
     std::vector<int> gates;  // wgmma gate variants timed side by side (empty: none)
     std::vector<double> nnzs;  // < 0 means 50%
@@ -177,7 +173,7 @@ int main(int argc, char **argv) {
     Opts o;
     o.quick = 0; o.reps = 15; o.variant = 0; o.wgmma = 1; o.variants = 0; o.D = 2048; o.F = 5632;
     o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.interleave = 0; o.l2persist = 0; o.calibrate = 1;
-    o.tune = 0; o.sliced = 0; o.wsdown = 0;
+    o.tune = 0; o.sliced = 0;
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
     o.pat_uniform = 1; o.pat_heavy = 1;
@@ -188,7 +184,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%%] [--pattern uniform|heavy|both]\n"
                    "                 [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]\n"
-                   "                 [--no-calibrate] [--tune] [--sliced] [--wsdown] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
+                   "                 [--no-calibrate] [--tune] [--sliced] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
                    "Times the dense gated FFN (cuBLASLt), the TwELL FFN and the dispatched path on the same inputs with a\n"
                    "controlled mean number of non-zeros per token (uniform or heavy-tailed), interleaved, medians; checks\n"
                    "sparse against dense first. Columns and options are described at the top of dev/bench/bench_ffn.cu.\n");
@@ -211,7 +207,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-calibrate")) { o.calibrate = 0; }
         else if (!strcmp(a, "--tune")) { o.tune = 1; }
         else if (!strcmp(a, "--sliced")) { o.sliced = 1; }
-        else if (!strcmp(a, "--wsdown")) { o.wsdown = 1; }
         else if (!strcmp(a, "--no-wgmma")) { o.wgmma = 0; o.gates.clear(); }
         else if (!strcmp(a, "--gates") && v) {
             o.gates.clear();
@@ -523,49 +518,6 @@ int main(int argc, char **argv) {
                            "%.3f  up %.3f  reduce %.3f  down %.3f | %d slots per block of 8 tokens, NG %d, %d rows of "
                            "blocks that did not fit\n", tm[8], tm[8] / t_gate, tm[9], median(st4[0]), median(st4[1]),
                            median(st4[2]), median(st4[3]), ws.sl.SB, ws.sl.NG, hc.sl_rows);
-                }
-                if (o.wsdown && ws.split_rows > 0 && twell_split_down_ws_supports(D, F)) {
-                    const int modes[3] = {TWELL_SPLIT_DOWN_TOKEN, TWELL_SPLIT_DOWN_WS, TWELL_SPLIT_DOWN_WS1024};
-                    const int keep_down = ws.split_down;
-                    int mism = 0;
-                    for (int k = 0; k < 3; k++) {
-                        ws.split_down = modes[k];
-                        cudaCheck(cudaMemset(Y, 0xFF, sizeof(bf16) * (size_t)M * D));
-                        if (twell_ffn_forward(&mm, &ws, X[0], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0)) return 1;
-                        if (k == 0) {
-                            cudaCheck(cudaMemcpy(Gs, Y, sizeof(bf16) * (size_t)M * D, cudaMemcpyDeviceToDevice));
-                            continue;
-                        }
-                        cudaCheck(cudaMemset(dsum, 0, 3 * sizeof(double)));
-                        bench_diff<<<512, 256>>>(Y, Gs, (long long)M * D, dsum);
-                        cudaCheck(cudaMemcpy(hs, dsum, sizeof hs, cudaMemcpyDeviceToHost));
-                        if (hs[0] != 0 || hs[2] != 0) {
-                            printf("CORRECTNESS FAILURE (split down mode %d): differs from the token-major down (sum sq "
-                                   "diff %g, non-finite %g)\n", modes[k], hs[0], hs[2]);
-                            mism++;
-                        }
-                    }
-                    failures += mism;
-                    std::vector<std::function<void(int)>> pf;
-                    for (int k = 0; k < 3; k++)
-                        pf.push_back([&, k](int s) {
-                            ws.split_down = modes[k];
-                            twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0);
-                        });
-                    for (int k = 0; k < 3; k++)
-                        pf.push_back([&, k](int s) {  // the down stage alone, every chunk through buffer 0
-                            for (int r0 = 0; r0 < M; r0 += ws.split_rows) {
-                                const int rows = std::min(ws.split_rows, M - r0);
-                                twell_split_launch<4, 4>(ws.tw + (size_t)r0 * (F / ws.C), X[s] + (size_t)r0 * D, Wu, WdT,
-                                                         D, Y + (size_t)r0 * D, ws.split_pairs[0], ws.split_cnt[0],
-                                                         ws.split_order[0], NULL, NULL, rows, D, F, ws.C, 0, 2, modes[k]);
-                            }
-                        });
-                    const std::vector<float> tp = timeit_rr(pf);
-                    ws.split_down = keep_down;
-                    printf("    wsdown sparse: token %.3f ws512 %.3f ws1024 %.3f | down alone: token %.3f ws512 %.3f "
-                           "ws1024 %.3f%s\n", tp[0], tp[1], tp[2], tp[3], tp[4], tp[5],
-                           mism ? "  MISMATCH" : "  (bit-exact)");
                 }
                 if (NG) {
                     printf("    gates  s.gate %.3f (%.2fx cublas)", t_sgate, t_sgate / t_gate);

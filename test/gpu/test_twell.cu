@@ -280,31 +280,6 @@ static TwellFFNResult check_ffn(Problem *P, TwellFFNWorkspace *ws, TwellPath pat
     return res;
 }
 
-// The weight-stationary split down modes give the token-major down's output bit for bit (the same fp32 sums in
-// the same order), on top of check_ffn's float64 check. Returns how many modes ran (0: the shape has none).
-static int check_split_down_modes(Problem *P, TwellFFNWorkspace *ws, const char *what) {
-    if (!P->gated || !twell_split_down_ws_supports(P->D, P->F)) return 0;
-    const size_t n = (size_t)P->M * P->D;
-    std::vector<uint16_t> a(n), b(n);
-    char name[96];
-    ws->split_down = TWELL_SPLIT_DOWN_TOKEN;
-    snprintf(name, sizeof name, "%s/split token down", what);
-    check_ffn(P, ws, TWELL_PATH_SPARSE, -1, name);
-    cudaCheck(cudaMemcpy(a.data(), P->dY, n * 2, cudaMemcpyDeviceToHost));
-    int runs = 0;
-    for (int mode : {TWELL_SPLIT_DOWN_WS, TWELL_SPLIT_DOWN_WS1024}) {
-        ws->split_down = mode;
-        snprintf(name, sizeof name, "%s/split ws down %d", what, mode);
-        TwellFFNResult r = check_ffn(P, ws, TWELL_PATH_SPARSE, -1, name);
-        assert_int_equal(r.updown, TWELL_UPDOWN_SPLIT);
-        cudaCheck(cudaMemcpy(b.data(), P->dY, n * 2, cudaMemcpyDeviceToHost));
-        assert_memory_equal(a.data(), b.data(), n * 2);
-        runs++;
-    }
-    ws->split_down = TWELL_SPLIT_DOWN_TOKEN;
-    return runs;
-}
-
 static int count_ovf_rows(Problem *P) {
     TwellShape s;
     twell_shape_init(&s, P->M, P->F, P->C);
@@ -389,7 +364,6 @@ static void run_shapes(int gated) {
             ws.split_order_mode = TWELL_SPLIT_ORDER_AUTO;
             printf("    split: %d heavy rows (>= %d active units, not overflowing)\n", want_heavy, TWELL_SPLIT_HEAVY);
             assert_int_equal(ws.split_last_heavy, want_heavy);
-            assert_int_equal(check_split_down_modes(&P, &ws, "mixed rows"), 2);  // every shape here takes it
         }
         // Interleaved weights [F, 2, D]: the converter bit for bit, then the FFN on them.
         bf16 *dWi;
@@ -534,7 +508,6 @@ static void test_uniform_nnz(void **state) {
         cudaCheck(cudaMemcpy(b.data(), P.dY, b.size() * 2, cudaMemcpyDeviceToHost));
         assert_memory_equal(a.data(), b.data(), a.size() * 2);
         check_ffn(&P, &ws, TWELL_PATH_DENSE, -1, "uniform dense");
-        assert_int_equal(check_split_down_modes(&P, &ws, "uniform"), 2);
         problem_free(&P);
     }
     twell_ffn_workspace_free(&ws);
@@ -558,7 +531,6 @@ static void test_all_full_and_all_zero(void **state) {
     TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "all full");
     assert_int_equal(r.n_overflow, M);
     assert_true(r.mean_nnz == F);
-    assert_int_equal(check_split_down_modes(&P, &ws, "all full"), 2);  // every row -1: the ws down writes nothing
     problem_free(&P);
     problem_make(&P, M, D, F, 8, 1, ROW_ALL_ZERO, 0, g_seed + 6);
     for (int gv = TWELL_GATE_WGMMA; gv < TWELL_GATE_NUM_VARIANTS; gv++) {
@@ -570,7 +542,6 @@ static void test_all_full_and_all_zero(void **state) {
     r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "all zero");
     assert_int_equal(r.n_overflow, 0);
     assert_true(r.mean_nnz == 0);
-    assert_int_equal(check_split_down_modes(&P, &ws, "all zero"), 2);  // every row 0 pairs: zeros written
     problem_free(&P);
     twell_ffn_workspace_free(&ws);
 }
@@ -767,10 +738,6 @@ static void test_shape_errors(void **state) {
     assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
                      TWELL_ERR_ARG);
     ws.gate_variant = TWELL_GATE_DEFAULT;
-    ws.split_down = 7;  // no such down mode
-    assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
-                     TWELL_ERR_ARG);
-    ws.split_down = TWELL_SPLIT_DOWN_TOKEN;
     // The sliced up/down names its constraints; a shape without it still runs (token-major), but forcing it fails.
     char why[200];
     assert_int_equal(twell_sliced_supports(128, 8448, 1, why, sizeof why), 0);  // F > 8192
@@ -786,11 +753,6 @@ static void test_shape_errors(void **state) {
         w2.updown_variant = TWELL_UPDOWN_SLICED;
         assert_int_equal(twell_ffn_updown(&w2, buf, buf, buf, buf, 8, 0), TWELL_ERR_SHAPE);
         assert_int_equal(twell_ffn_set_sliced_capacity(&w2, 10), TWELL_ERR_SHAPE);
-        // The weight-stationary split down needs F x 32 B of shared memory: 270 KB here is too much.
-        assert_int_equal(twell_split_down_ws_supports(128, 8448), 0);
-        w2.updown_variant = TWELL_UPDOWN_AUTO;
-        w2.split_down = TWELL_SPLIT_DOWN_WS;
-        assert_int_equal(twell_ffn_updown(&w2, buf, buf, buf, buf, 8, 0), TWELL_ERR_SHAPE);
         twell_ffn_workspace_free(&w2);
     }
     assert_int_equal(twell_updown_launch(TWELL_UPDOWN_SLICED, 1, ws.tw, buf, buf, buf, 128, buf, 1, 128, 512, 8, 0),

@@ -5,6 +5,8 @@
 //                   [--no-calibrate] [--tune] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]
 // --tune: per M, twell_ffn_tune_gate (the gate GEMM's fastest cuBLASLt algorithm, opt-in) and the same for the
 //         "gate" column's GEMM, before the rows.
+// --gather: a line under each row with the L2 gather probes alone (16-byte loads as in --variants, and whole rows
+//         through cp.async.bulk), at the up/down's traffic for nnz 29.
 // --sliced: a line under each row with the sparse FFN through the sliced up/down (twell/sliced.cuh), timed in
 //         the same rounds, that up/down alone, and its stages (compaction / up / reduce / down, events).
 //
@@ -116,7 +118,7 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
 
 typedef struct {
     int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma, tune;
-    int sliced;
+    int sliced, gather;
     std::vector<int> Ms;
     std::vector<int> gates;  // wgmma gate variants timed side by side (empty: none)
     std::vector<double> nnzs;  // < 0 means 50%
@@ -153,6 +155,51 @@ __global__ void bench_l2_gather(const uint4 *__restrict__ W, int nrows, int chun
     if (acc == 0x12345678u) out[blockIdx.x] = acc;  // practically never: keeps the loads
 }
 
+// The same gather through the bulk-copy engine (TMA, cp.async.bulk): thread 0 of each CTA copies R whole rows
+// (chunks x 16 B each) into shared memory per step, completing on an mbarrier; the CTA then reads them from
+// shared memory (XOR, as above). Compared with bench_l2_gather: whether L2 serves whole-row bulk requests faster
+// than 16-byte loads.
+template <int R>
+__global__ void bench_l2_gather_bulk(const uint4 *__restrict__ W, int nrows, int chunks, int per_cta, uint64_t seed,
+                                     uint32_t *out) {
+    extern __shared__ __align__(128) uint4 bench_rows[];  // [R][chunks]
+    __shared__ __align__(8) uint64_t bar;
+    const uint32_t sbar = (uint32_t)__cvta_generic_to_shared(&bar);
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sbar));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    uint32_t acc = 0, phase = 0;
+    const uint32_t row_bytes = (uint32_t)chunks * 16u;
+    for (int i = 0; i < per_cta; i += R) {
+        const int nr = per_cta - i < R ? per_cta - i : R;
+        if (threadIdx.x == 0) {
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sbar), "r"(row_bytes * nr)
+                         : "memory");
+            for (int j = 0; j < nr; j++) {
+                uint32_t h = ((uint32_t)seed ^ (blockIdx.x * 0x9E3779B9u + (uint32_t)(i + j) * 0x85EBCA6Bu)) * 0xC2B2AE35u;
+                h ^= h >> 15; h *= 0x27D4EB2Fu; h ^= h >> 13;
+                const int r = (int)__umulhi(h, (uint32_t)nrows);
+                const uint32_t dst = (uint32_t)__cvta_generic_to_shared(bench_rows + (size_t)j * chunks);
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                             ::"r"(dst), "l"(W + (size_t)r * chunks), "r"(row_bytes), "r"(sbar) : "memory");
+            }
+        }
+        uint32_t done = 0;
+        while (!done)
+            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done) : "r"(sbar), "r"(phase) : "memory");
+        phase ^= 1;
+        for (int c = threadIdx.x; c < nr * chunks; c += blockDim.x) {
+            const uint4 v = bench_rows[c];
+            acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+        __syncthreads();  // every thread done reading before the next step's copies overwrite the rows
+    }
+    if (acc == 0x12345678u) out[blockIdx.x] = acc;
+}
+
 static std::vector<double> parse_list(const char *s) {
     std::vector<double> v;
     char buf[512];
@@ -173,7 +220,7 @@ int main(int argc, char **argv) {
     Opts o;
     o.quick = 0; o.reps = 15; o.variant = 0; o.wgmma = 1; o.variants = 0; o.D = 2048; o.F = 5632;
     o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.interleave = 0; o.l2persist = 0; o.calibrate = 1;
-    o.tune = 0; o.sliced = 0;
+    o.tune = 0; o.sliced = 0; o.gather = 0;
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
     o.pat_uniform = 1; o.pat_heavy = 1;
@@ -184,7 +231,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%%] [--pattern uniform|heavy|both]\n"
                    "                 [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]\n"
-                   "                 [--no-calibrate] [--tune] [--sliced] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
+                   "                 [--no-calibrate] [--tune] [--sliced] [--gather] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
                    "Times the dense gated FFN (cuBLASLt), the TwELL FFN and the dispatched path on the same inputs with a\n"
                    "controlled mean number of non-zeros per token (uniform or heavy-tailed), interleaved, medians; checks\n"
                    "sparse against dense first. Columns and options are described at the top of dev/bench/bench_ffn.cu.\n");
@@ -207,6 +254,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-calibrate")) { o.calibrate = 0; }
         else if (!strcmp(a, "--tune")) { o.tune = 1; }
         else if (!strcmp(a, "--sliced")) { o.sliced = 1; }
+        else if (!strcmp(a, "--gather")) { o.gather = 1; }
         else if (!strcmp(a, "--no-wgmma")) { o.wgmma = 0; o.gates.clear(); }
         else if (!strcmp(a, "--gates") && v) {
             o.gates.clear();
@@ -518,6 +566,32 @@ int main(int argc, char **argv) {
                            "%.3f  up %.3f  reduce %.3f  down %.3f | %d slots per block of 8 tokens, NG %d, %d rows of "
                            "blocks that did not fit\n", tm[8], tm[8] / t_gate, tm[9], median(st4[0]), median(st4[1]),
                            median(st4[2]), median(st4[3]), ws.sl.SB, ws.sl.NG, hc.sl_rows);
+                }
+                if (o.gather) {  // 58 random 4 KB rows per token (nnz 29, up + down) from one matrix: loads vs bulk
+                    const int per_cta = 58, chunks = D / 8, nrows = F;
+                    const double bytes = (double)M * per_cta * chunks * 16.0;
+                    const uint4 *w = reinterpret_cast<const uint4 *>(Wi);
+                    uint32_t *out = reinterpret_cast<uint32_t *>(Y);
+                    std::vector<std::function<void(int)>> pf = {
+                        [&](int s) { bench_l2_gather<4><<<M, 128, 0, 0>>>(w, nrows, chunks, per_cta, 77 + s, out); },
+                        [&](int s) { bench_l2_gather<8><<<M, 128, 0, 0>>>(w, nrows, chunks, per_cta, 77 + s, out); },
+                    };
+                    const int Rs[3] = {2, 4, 8};
+                    for (int k = 0; k < 3; k++) {
+                        const size_t sm = (size_t)Rs[k] * chunks * 16;
+                        pf.push_back([&, k, sm](int s) {
+                            if (Rs[k] == 2) bench_l2_gather_bulk<2><<<M, 128, sm, 0>>>(w, nrows, chunks, per_cta, 77 + s, out);
+                            else if (Rs[k] == 4) bench_l2_gather_bulk<4><<<M, 128, sm, 0>>>(w, nrows, chunks, per_cta, 77 + s, out);
+                            else bench_l2_gather_bulk<8><<<M, 128, sm, 0>>>(w, nrows, chunks, per_cta, 77 + s, out);
+                        });
+                    }
+                    cudaCheck(cudaFuncSetAttribute(bench_l2_gather_bulk<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   8 * chunks * 16));
+                    const std::vector<float> tp = timeit_rr(pf);
+                    cudaCheck(cudaGetLastError());
+                    printf("    gather (%.2f GB): loads R4 %.3f ms = %.2f TB/s, R8 %.3f = %.2f | bulk R2 %.3f = %.2f, R4 %.3f = "
+                           "%.2f, R8 %.3f = %.2f\n", bytes / 1e9, tp[0], bytes / (tp[0] * 1e9), tp[1], bytes / (tp[1] * 1e9),
+                           tp[2], bytes / (tp[2] * 1e9), tp[3], bytes / (tp[3] * 1e9), tp[4], bytes / (tp[4] * 1e9));
                 }
                 if (NG) {
                     printf("    gates  s.gate %.3f (%.2fx cublas)", t_sgate, t_sgate / t_gate);

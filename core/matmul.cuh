@@ -120,6 +120,21 @@ static inline void matmul_descs_destroy(MatmulDescs *d) {
     cublasCheck(cublasLtMatmulDescDestroy(d->desc));
 }
 
+// Up to `want` (<= 16) candidate algorithms from cuBLASLt's heuristic for the call described by md, within the
+// context's workspace, best first (*found of them).
+static inline cublasStatus_t matmul_heuristic(MatmulContext *ctx, const MatmulDescs *md, int want,
+                                              cublasLtMatmulHeuristicResult_t *cand, int *found) {
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &ctx->workspace_size, sizeof(ctx->workspace_size)));
+    *found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, md->desc, md->lb, md->la, md->lc, md->lc,
+                                                             pref, want, cand, found);
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    return st;
+}
+
 // Strided-batched GEMM: for b < batch,
 //   out + b*stride_out = alpha * op(A + b*stride_a) @ op(B + b*stride_b) + beta * out(b)
 // Strides are in elements; a stride of 0 broadcasts that operand (e.g. the same activations against the gate
@@ -170,19 +185,13 @@ static inline int matmul_lt(MatmulContext *ctx, void *out, int out_f32, long lon
     cublasLtMatmulDesc_t desc = md.desc;
     cublasLtMatrixLayout_t lb = md.lb, la = md.la, lc = md.lc;
     if (!hit) {
-        cublasLtMatmulPreference_t pref;
-        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &ctx->workspace_size, sizeof(ctx->workspace_size)));
         // The heuristic's first algorithm, except for the ReLU bit-mask epilogue: there its first pick (192x192
         // tiles on the H200 at the gate's shapes) is 12-20% slower than its 128x128 candidate (0.56-0.59 vs
         // 0.49-0.50 ms per 16384 x 5632 x 2048 chunk, 2.47 vs 2.17 ms at M 65536; runs 37-38 of dev/RESULTS.md),
         // so a 128x128 candidate is preferred when the heuristic offers one. Deterministic (no timing).
         cublasLtMatmulHeuristicResult_t cand[16];
         int found = 0;
-        const int want = epi == MATMUL_EPI_RELU_MASK ? 16 : 1;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, lb, la, lc, lc, pref, want, cand, &found);
-        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        const cublasStatus_t st = matmul_heuristic(ctx, &md, epi == MATMUL_EPI_RELU_MASK ? 16 : 1, cand, &found);
         int pick = 0;
         for (int a = 0; epi == MATMUL_EPI_RELU_MASK && st == CUBLAS_STATUS_SUCCESS && a < found; a++) {
             uint32_t tile = 0;
@@ -263,15 +272,9 @@ static inline int matmul_tune(MatmulContext *ctx, bf16 *out, const bf16 *A, cons
     if (reps > 32) reps = 32;
     MatmulDescs md;
     matmul_descs_create(&md, M, N, K, 0, 1, 0, 1, 0, 0, 0, epi, mask);
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &ctx->workspace_size, sizeof(ctx->workspace_size)));
     cublasLtMatmulHeuristicResult_t res[16];
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, md.desc, md.lb, md.la, md.lc, md.lc, pref, 16, res,
-                                                       &found);
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    const cublasStatus_t st = matmul_heuristic(ctx, &md, 16, res, &found);
     int timed = 0, best = -1;
     float bms = 0.0f;
     const char *venv = getenv("SLLM_MATMUL_TUNE_VERBOSE");

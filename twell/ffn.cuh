@@ -130,6 +130,7 @@ typedef struct {
     // load per CTA, ~0.1 ms at M 65536), _HEAVY_FIRST, _INDEX.
     int split_order_mode;
     int split_last_heavy;     // heavy rows seen by the last sparse call (-1: none yet)
+    int split_units;          // units per step of its kernels: TWELL_SPLIT_UNITS_* (default TWELL_SPLIT_UNITS_DEFAULT)
     cudaStream_t pack_stream;     // side stream of the overlapped gate (non-blocking)
     cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
@@ -203,6 +204,7 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->sl_ok = twell_sliced_supports(D, F, gated, NULL, 0);  // its buffers are allocated on first use
     if (ws->gated && twell_split_supports(D)) twell_ffn_split_alloc(ws);  // the default up/down of gated layers
     ws->split_last_heavy = -1;
+    ws->split_units = TWELL_SPLIT_UNITS_DEFAULT;
     cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
     for (int b = 0; b < 2; b++) cudaCheck(cudaEventCreateWithFlags(&ws->ev_split[b], cudaEventDisableTiming));
     size_t cr = (size_t)ws->dense.chunk_rows;
@@ -383,6 +385,11 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
                     ws->gated, D);
             return TWELL_ERR_SHAPE;
         }
+        if (ws->split_units < 0 || ws->split_units >= TWELL_SPLIT_UNITS_NUM) {
+            fprintf(stderr, "error: twell: unknown split_units %d (expected 0..%d)\n", ws->split_units,
+                    TWELL_SPLIT_UNITS_NUM - 1);
+            return TWELL_ERR_ARG;
+        }
         const int words = TWELL_TILE / ws->C;
         const int nchunks = CEIL_DIV(M, ws->split_rows);
         const int heavy_first = ws->split_order_mode == TWELL_SPLIT_ORDER_HEAVY_FIRST ||
@@ -394,10 +401,10 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
         for (int c = 0; c < nchunks; c++) {
             const int r0 = c * ws->split_rows, rows = M - r0 < ws->split_rows ? M - r0 : ws->split_rows;
             const uint32_t *tw = ws->tw + (size_t)r0 * (F / TWELL_TILE) * words;
-            twell_split_launch<4, 4>(tw, X + (size_t)r0 * D, wu, wd, ldw, Y + (size_t)r0 * D, ws->split_pairs[c & 1],
-                                     ws->split_cnt[c & 1], heavy_first ? ws->split_order[c & 1] : NULL,
-                                     &ws->counters->n_heavy, &ws->counters->nnz_sparse, rows, D, F, ws->C,
-                                     (c & 1) ? ws->pack_stream : stream);
+            twell_split_launch_units(ws->split_units, tw, X + (size_t)r0 * D, wu, wd, ldw, Y + (size_t)r0 * D,
+                                     ws->split_pairs[c & 1], ws->split_cnt[c & 1],
+                                     heavy_first ? ws->split_order[c & 1] : NULL, &ws->counters->n_heavy,
+                                     &ws->counters->nnz_sparse, rows, D, F, ws->C, (c & 1) ? ws->pack_stream : stream);
         }
         if (nchunks > 1) {  // join
             cudaCheck(cudaEventRecord(ws->ev_split[1], ws->pack_stream));

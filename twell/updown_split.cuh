@@ -229,7 +229,8 @@ static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, cons
 
 // Runs up then down on rows [0, M) (one chunk: pairs / cnt hold M rows, order M + 2 ints, or NULL: rows in
 // index order, no heavy-first ordering; n_heavy / nnz_sparse (may be NULL): += the heavy non-overflow rows / the
-// active units of the non-overflow rows). GU / GD: units per step of the up and of the down kernel (4, 4).
+// active units of the non-overflow rows). GU / GD: units per step of the up and of the down kernel (the FFN's
+// default: 2 and 8, TWELL_SPLIT_UNITS_DEFAULT).
 // stages: 1 order + up only, 2 down only (benchmarks), 3 both. The caller has checked twell_split_supports(D)
 // and F % 256 == 0.
 template <int GU, int GD>
@@ -245,6 +246,38 @@ static inline void twell_split_launch(const uint32_t *tw, const bf16 *X, const b
     else if (nchunks <= 512) twell_split_launch_ch<4, GU, GD>(TWELL_SPLIT_ARGS);
     else twell_split_launch_ch<8, GU, GD>(TWELL_SPLIT_ARGS);
 #undef TWELL_SPLIT_ARGS
+}
+
+// Units per step of the two kernels (GU of the up, GD of the down): TwellFFNWorkspace.split_units.
+enum {
+    TWELL_SPLIT_UNITS_G4G4 = 0,
+    TWELL_SPLIT_UNITS_G2G8 = 1,
+    TWELL_SPLIT_UNITS_G2G4 = 2,
+    TWELL_SPLIT_UNITS_G4G8 = 3,
+    TWELL_SPLIT_UNITS_NUM = 4
+};
+// The default, GU 2 / GD 8: in one interleaved A/B on the H200 (run 45 of dev/RESULTS.md, M 65536, bench_ffn
+// --split-g) the sparse FFN took 0.3-1.2% less time than with GU 4 / GD 4 on the uniform pattern (nnz 8-64) and
+// 1.4-5.7% less on the heavy-tailed one.
+#define TWELL_SPLIT_UNITS_DEFAULT TWELL_SPLIT_UNITS_G2G8
+static inline const char *twell_split_units_name(int u) {
+    static const char *names[TWELL_SPLIT_UNITS_NUM] = {"gu4_gd4", "gu2_gd8", "gu2_gd4", "gu4_gd8"};
+    return u >= 0 && u < TWELL_SPLIT_UNITS_NUM ? names[u] : "?";
+}
+
+// twell_split_launch with the units per step of `units` (TWELL_SPLIT_UNITS_*; the caller checked the range).
+static inline void twell_split_launch_units(int units, const uint32_t *tw, const bf16 *X, const bf16 *Wu,
+                                            const bf16 *WdT, int ldw, bf16 *Y, uint2 *pairs, int *cnt, int *order,
+                                            int *n_heavy, unsigned long long *nnz_sparse, int M, int D, int F, int C,
+                                            cudaStream_t stream) {
+#define TWELL_SPLIT_UARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, C, stream
+    switch (units) {
+    case TWELL_SPLIT_UNITS_G2G8: twell_split_launch<2, 8>(TWELL_SPLIT_UARGS); break;
+    case TWELL_SPLIT_UNITS_G2G4: twell_split_launch<2, 4>(TWELL_SPLIT_UARGS); break;
+    case TWELL_SPLIT_UNITS_G4G8: twell_split_launch<4, 8>(TWELL_SPLIT_UARGS); break;
+    default: twell_split_launch<4, 4>(TWELL_SPLIT_UARGS); break;
+    }
+#undef TWELL_SPLIT_UARGS
 }
 
 #endif  // SLLM_TWELL_UPDOWN_SPLIT_CUH

@@ -5,6 +5,9 @@
 //                   [--no-calibrate] [--tune] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]
 // --tune: per M, twell_ffn_tune_gate (the gate GEMM's fastest cuBLASLt algorithm, opt-in) and the same for the
 //         "gate" column's GEMM, before the rows.
+// --split-g: a line under each row with the split kernels' units per step side by side: the up stage (order + up)
+//         for GU 2 / 4 / 8 and the down stage for GD 2 / 4 / 8 (every chunk through buffer 0), and the sparse FFN
+//         for every ws->split_units setting (TWELL_SPLIT_UNITS_*).
 // --gather: a line under each row with the L2 gather probes alone (16-byte loads as in --variants, and whole rows
 //         through cp.async.bulk), at the up/down's traffic for nnz 29.
 // --sliced: a line under each row with the sparse FFN through the sliced up/down (twell/sliced.cuh), timed in
@@ -118,7 +121,7 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
 
 typedef struct {
     int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma, tune;
-    int sliced, gather;
+    int sliced, gather, splitg;
     std::vector<int> Ms;
     std::vector<int> gates;  // wgmma gate variants timed side by side (empty: none)
     std::vector<double> nnzs;  // < 0 means 50%
@@ -220,7 +223,7 @@ int main(int argc, char **argv) {
     Opts o;
     o.quick = 0; o.reps = 15; o.variant = 0; o.wgmma = 1; o.variants = 0; o.D = 2048; o.F = 5632;
     o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.interleave = 0; o.l2persist = 0; o.calibrate = 1;
-    o.tune = 0; o.sliced = 0; o.gather = 0;
+    o.tune = 0; o.sliced = 0; o.gather = 0; o.splitg = 0;
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
     o.pat_uniform = 1; o.pat_heavy = 1;
@@ -255,6 +258,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--tune")) { o.tune = 1; }
         else if (!strcmp(a, "--sliced")) { o.sliced = 1; }
         else if (!strcmp(a, "--gather")) { o.gather = 1; }
+        else if (!strcmp(a, "--split-g")) { o.splitg = 1; }
         else if (!strcmp(a, "--no-wgmma")) { o.wgmma = 0; o.gates.clear(); }
         else if (!strcmp(a, "--gates") && v) {
             o.gates.clear();
@@ -566,6 +570,40 @@ int main(int argc, char **argv) {
                            "%.3f  up %.3f  reduce %.3f  down %.3f | %d slots per block of 8 tokens, NG %d, %d rows of "
                            "blocks that did not fit\n", tm[8], tm[8] / t_gate, tm[9], median(st4[0]), median(st4[1]),
                            median(st4[2]), median(st4[3]), ws.sl.SB, ws.sl.NG, hc.sl_rows);
+                }
+                if (o.splitg && ws.split_rows > 0) {  // the split kernels' units per step (GU up, GD down)
+                    twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);
+                    auto chunks_of = [&](auto launch) {
+                        for (int r0 = 0; r0 < M; r0 += ws.split_rows) {
+                            const int rows = std::min(ws.split_rows, M - r0);
+                            launch(ws.tw + (size_t)r0 * (F / ws.C), r0, rows);
+                        }
+                    };
+#define BENCH_SPLIT(GU, GD, ST)                                                                                       \
+    [&](int s) {                                                                                                      \
+        chunks_of([&](const uint32_t *tw, int r0, int rows) {                                                         \
+            twell_split_launch<GU, GD>(tw, X[s] + (size_t)r0 * D, Wu, WdT, D, Y + (size_t)r0 * D, ws.split_pairs[0],   \
+                                       ws.split_cnt[0], ws.split_order[0], NULL, NULL, rows, D, F, ws.C, 0, ST);       \
+        });                                                                                                           \
+    }
+                    const int keep_units = ws.split_units;
+                    std::vector<std::function<void(int)>> pf = {
+                        BENCH_SPLIT(2, 4, 1), BENCH_SPLIT(4, 4, 1), BENCH_SPLIT(8, 4, 1),
+                        BENCH_SPLIT(4, 2, 2), BENCH_SPLIT(4, 4, 2), BENCH_SPLIT(4, 8, 2),
+                    };
+#undef BENCH_SPLIT
+                    for (int u = 0; u < TWELL_SPLIT_UNITS_NUM; u++)
+                        pf.push_back([&, u](int s) {
+                            ws.split_units = u;
+                            twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0);
+                        });
+                    const std::vector<float> tp = timeit_rr(pf);
+                    ws.split_units = keep_units;
+                    printf("    split-g up (GU) 2: %.3f 4: %.3f 8: %.3f | down (GD) 2: %.3f 4: %.3f 8: %.3f | sparse FFN",
+                           tp[0], tp[1], tp[2], tp[3], tp[4], tp[5]);
+                    for (int u = 0; u < TWELL_SPLIT_UNITS_NUM; u++)
+                        printf(" %s %.3f", twell_split_units_name(u), tp[6 + u]);
+                    printf("\n");
                 }
                 if (o.gather) {  // 58 random 4 KB rows per token (nnz 29, up + down) from one matrix: loads vs bulk
                     const int per_cta = 58, chunks = D / 8, nrows = F;

@@ -364,6 +364,13 @@ static void run_shapes(int gated) {
             ws.split_order_mode = TWELL_SPLIT_ORDER_AUTO;
             printf("    split: %d heavy rows (>= %d active units, not overflowing)\n", want_heavy, TWELL_SPLIT_HEAVY);
             assert_int_equal(ws.split_last_heavy, want_heavy);
+            for (int u = 0; u < TWELL_SPLIT_UNITS_NUM; u++) {  // every units-per-step setting of the split kernels
+                ws.split_units = u;
+                char name[64];
+                snprintf(name, sizeof name, "sparse/split/%s", twell_split_units_name(u));
+                check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, name);
+            }
+            ws.split_units = TWELL_SPLIT_UNITS_DEFAULT;
         }
         // Interleaved weights [F, 2, D]: the converter bit for bit, then the FFN on them.
         bf16 *dWi;
@@ -738,6 +745,10 @@ static void test_shape_errors(void **state) {
     assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
                      TWELL_ERR_ARG);
     ws.gate_variant = TWELL_GATE_DEFAULT;
+    ws.split_units = TWELL_SPLIT_UNITS_NUM;  // no such setting
+    assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
+                     TWELL_ERR_ARG);
+    ws.split_units = TWELL_SPLIT_UNITS_DEFAULT;
     // The sliced up/down names its constraints; a shape without it still runs (token-major), but forcing it fails.
     char why[200];
     assert_int_equal(twell_sliced_supports(128, 8448, 1, why, sizeof why), 0);  // F > 8192

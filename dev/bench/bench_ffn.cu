@@ -2,7 +2,8 @@
 //
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
 //                   [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]
-//                   [--no-calibrate] [--tune] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]
+//                   [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--variants] [--no-wgmma]
+//                   [--gates 2,3,4,5] [--D 2048] [--F 5632]
 // --tune: per M, twell_ffn_tune_gate (the gate GEMM's fastest cuBLASLt algorithm, opt-in) and the same for the
 //         "gate" column's GEMM, before the rows.
 // --split-g: a line under each row with the split kernels' units per step side by side: the up stage (order + up)
@@ -234,7 +235,8 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%%] [--pattern uniform|heavy|both]\n"
                    "                 [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]\n"
-                   "                 [--no-calibrate] [--tune] [--sliced] [--gather] [--variants] [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
+                   "                 [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--variants] [--no-wgmma]\n"
+                   "                 [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
                    "Times the dense gated FFN (cuBLASLt), the TwELL FFN and the dispatched path on the same inputs with a\n"
                    "controlled mean number of non-zeros per token (uniform or heavy-tailed), interleaved, medians; checks\n"
                    "sparse against dense first. Columns and options are described at the top of dev/bench/bench_ffn.cu.\n");

@@ -81,7 +81,24 @@ typedef struct {
     int updown;          // sparse path: the up/down variant that ran (TWELL_UPDOWN_*)
     int sliced_rows;     // sparse path, sliced up/down: rows of blocks that did not fit its slot area (computed by
                          // the dense fallback, included in n_overflow)
+    int split_up;        // sparse path, split up/down: the up that ran (TWELL_SPLIT_UP_TOKEN / _B256 / _B512)
+    int bu_rows;         // sparse path, blocked up: rows of blocks over its capacity, computed by the token-major up
 } TwellFFNResult;
+
+// The up kernel of the split up/down (ws->split_up): token-major (twell/updown_split.cuh) or blocked, blocks of 256 or
+// 512 tokens sharing weight rows (twell/up_blocked.cuh). AUTO: TWELL_SPLIT_UP_DEFAULT where the shape allows the
+// blocked up, else token-major. The default stays token-major: the blocked ups are correct but measured slower on
+// the H200 (run 51 of dev/RESULTS.md, M 65536: up stage at uniform nnz 29 1.62 / 1.75 ms against 1.03).
+enum { TWELL_SPLIT_UP_AUTO = -1, TWELL_SPLIT_UP_TOKEN = 0, TWELL_SPLIT_UP_B256 = 1, TWELL_SPLIT_UP_B512 = 2,
+       TWELL_SPLIT_UP_NUM = 3 };
+#ifndef TWELL_SPLIT_UP_DEFAULT
+#define TWELL_SPLIT_UP_DEFAULT TWELL_SPLIT_UP_TOKEN
+#endif
+static inline const char *twell_split_up_name(int u) {
+    static const char *names[TWELL_SPLIT_UP_NUM] = {"token", "blocked256", "blocked512"};
+    return u == TWELL_SPLIT_UP_AUTO ? "auto" : u >= 0 && u < TWELL_SPLIT_UP_NUM ? names[u] : "?";
+}
+static inline int twell_split_up_tokens(int u) { return u == TWELL_SPLIT_UP_B512 ? 512 : 256; }
 
 typedef struct {
     int max_M, D, F, C, gated;
@@ -131,6 +148,10 @@ typedef struct {
     int split_order_mode;
     int split_last_heavy;     // heavy rows seen by the last sparse call (-1: none yet)
     int split_units;          // units per step of its kernels: TWELL_SPLIT_UNITS_* (default TWELL_SPLIT_UNITS_DEFAULT)
+    int split_up;             // its up kernel: TWELL_SPLIT_UP_* (default AUTO)
+    int split_bu_capr;        // blocked up: entries per token of a block's area (default TWELL_BU_CAPR)
+    TwellBlockedUpBuf split_bu[2][2];  // blocked up buffers [T == 512][chunk stream] (allocated on first use)
+    int last_split_up;        // the split up of the last sparse call (TWELL_SPLIT_UP_*)
     cudaStream_t pack_stream;     // side stream of the overlapped gate (non-blocking)
     cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
@@ -163,6 +184,31 @@ static inline void twell_ffn_split_alloc(TwellFFNWorkspace *ws) {
         cudaCheck(cudaMalloc(&ws->split_cnt[b], sizeof(int) * (size_t)ws->split_rows));
         cudaCheck(cudaMalloc(&ws->split_order[b], sizeof(int) * ((size_t)ws->split_rows + 2)));
     }
+}
+
+// The up kernel the split up/down runs with ws->split_up (AUTO resolved): TWELL_SPLIT_UP_*, or -1 when an explicit
+// blocked setting cannot run this shape or capacity (the reason printed) or the setting is unknown.
+static inline int twell_ffn_split_up_resolve(const TwellFFNWorkspace *ws) {
+    int u = ws->split_up;
+    if (u == TWELL_SPLIT_UP_AUTO) {
+        u = TWELL_SPLIT_UP_DEFAULT;
+        if (u != TWELL_SPLIT_UP_TOKEN &&
+            !twell_bu_supports(ws->D, ws->F, twell_split_up_tokens(u), ws->split_bu_capr, NULL, 0))
+            u = TWELL_SPLIT_UP_TOKEN;
+        return u;
+    }
+    if (u < 0 || u >= TWELL_SPLIT_UP_NUM) {
+        fprintf(stderr, "error: twell: unknown split_up %d (expected -1..%d)\n", u, TWELL_SPLIT_UP_NUM - 1);
+        return -1;
+    }
+    char why[200];
+    if (u != TWELL_SPLIT_UP_TOKEN &&
+        !twell_bu_supports(ws->D, ws->F, twell_split_up_tokens(u), ws->split_bu_capr, why, sizeof why)) {
+        fprintf(stderr, "error: twell: the blocked up (%s) cannot run D=%d F=%d with %d entries per token: %s\n",
+                twell_split_up_name(u), ws->D, ws->F, ws->split_bu_capr, why);
+        return -1;
+    }
+    return u;
 }
 
 // Allocates everything for up to max_M tokens. Returns TWELL_OK or an error (message printed).
@@ -205,6 +251,8 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     if (ws->gated && twell_split_supports(D)) twell_ffn_split_alloc(ws);  // the default up/down of gated layers
     ws->split_last_heavy = -1;
     ws->split_units = TWELL_SPLIT_UNITS_DEFAULT;
+    ws->split_up = TWELL_SPLIT_UP_AUTO;
+    ws->split_bu_capr = TWELL_BU_CAPR;
     cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
     for (int b = 0; b < 2; b++) cudaCheck(cudaEventCreateWithFlags(&ws->ev_split[b], cudaEventDisableTiming));
     size_t cr = (size_t)ws->dense.chunk_rows;
@@ -324,6 +372,8 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
         cudaCheck(cudaFree(ws->split_pairs[b]));
         cudaCheck(cudaFree(ws->split_cnt[b]));
         cudaCheck(cudaFree(ws->split_order[b]));
+        twell_bu_free(&ws->split_bu[0][b]);
+        twell_bu_free(&ws->split_bu[1][b]);
         cudaCheck(cudaEventDestroy(ws->ev_split[b]));
     }
     for (int b = 0; b < 2; b++) {
@@ -390,6 +440,21 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
                     TWELL_SPLIT_UNITS_NUM - 1);
             return TWELL_ERR_ARG;
         }
+        const int up = twell_ffn_split_up_resolve(ws);
+        if (up < 0) return ws->split_up < TWELL_SPLIT_UP_AUTO || ws->split_up >= TWELL_SPLIT_UP_NUM ? TWELL_ERR_ARG
+                                                                                                    : TWELL_ERR_SHAPE;
+        TwellBlockedUpBuf *bu = NULL;
+        if (up != TWELL_SPLIT_UP_TOKEN) {
+            const int T = twell_split_up_tokens(up);
+            for (int b = 0; b < 2; b++) {  // allocated on first use; again if the capacity changed (frees synchronize)
+                TwellBlockedUpBuf *x = &ws->split_bu[T == 512][b];
+                if (x->ent && (x->T != T || x->cap != T * ws->split_bu_capr || x->rows != ws->split_rows))
+                    twell_bu_free(x);
+                if (!x->ent) twell_bu_alloc(x, ws->split_rows, D, F, T, ws->split_bu_capr);
+            }
+            bu = ws->split_bu[T == 512];
+        }
+        ws->last_split_up = up;
         const int words = TWELL_TILE / ws->C;
         const int nchunks = CEIL_DIV(M, ws->split_rows);
         const int heavy_first = ws->split_order_mode == TWELL_SPLIT_ORDER_HEAVY_FIRST ||
@@ -404,7 +469,8 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
             twell_split_launch_units(ws->split_units, tw, X + (size_t)r0 * D, wu, wd, ldw, Y + (size_t)r0 * D,
                                      ws->split_pairs[c & 1], ws->split_cnt[c & 1],
                                      heavy_first ? ws->split_order[c & 1] : NULL, &ws->counters->n_heavy,
-                                     &ws->counters->nnz_sparse, rows, D, F, ws->C, (c & 1) ? ws->pack_stream : stream);
+                                     &ws->counters->nnz_sparse, rows, D, F, ws->C, (c & 1) ? ws->pack_stream : stream,
+                                     bu ? &bu[c & 1] : NULL, &ws->counters->bu_rows);
         }
         if (nchunks > 1) {  // join
             cudaCheck(cudaEventRecord(ws->ev_split[1], ws->pack_stream));
@@ -617,6 +683,8 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         if (n_ovf < 0 || n_ovf > M) SLLM_FATAL("twell: device overflow count %d out of range [0, %d]", n_ovf, M);
         r.updown = ws->last_updown;
         r.sliced_rows = ws->counters_host->sl_rows;
+        r.split_up = twell_updown_is_split(r.updown) ? ws->last_split_up : -1;
+        r.bu_rows = ws->counters_host->bu_rows;
         if (twell_updown_is_split(r.updown)) ws->split_last_heavy = ws->counters_host->n_heavy;
         // The share of the active units in rows the up/down computed (the rest: overflow rows, dense fallback);
         // the sliced up/down does not count them (share 1, as before).

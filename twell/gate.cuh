@@ -43,7 +43,7 @@ typedef struct {
     int n_ovf;               // number of overflow rows (entries valid in ovf_list)
     int sl_rows;             // of those: rows whose block did not fit the sliced up/down's slot area
     int n_heavy;             // split up/down: non-overflow rows with >= TWELL_SPLIT_HEAVY active units
-    int pad;
+    int bu_rows;             // split up/down, blocked up: rows of blocks over its capacity (run by the token-major up)
     unsigned long long nnz_sparse;  // token-major up/downs (fused, split): active units of the NON-overflow rows
 } TwellCounters;
 

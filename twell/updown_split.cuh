@@ -39,6 +39,7 @@
 #include "cuda_common.cuh"
 #include "twell/format.h"
 #include "twell/updown.cuh"
+#include "twell/up_blocked.cuh"
 
 #define TWELL_SPLIT_CHUNK 16384  // rows per up + down pass (bounds the pairs buffers)
 #define TWELL_SPLIT_NT 128       // threads per CTA (one token) of both kernels
@@ -56,8 +57,9 @@ __global__ void __launch_bounds__(NT)
 twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X, const bf16 *__restrict__ Wu,
                       int ldw, uint2 *__restrict__ pairs, int *__restrict__ cnt, const int *__restrict__ order,
                       int *__restrict__ n_heavy, unsigned long long *__restrict__ nnz_sparse, int D, int F,
-                      int words) {
+                      int words, const int *__restrict__ n_rows) {
     constexpr int NW = NT / 32;
+    if (n_rows && (int)blockIdx.x >= *n_rows) return;  // only the first *n_rows entries of `order` (blocked up's rest)
     extern __shared__ __align__(16) unsigned char twell_smem[];
     const int tiles = F / TWELL_TILE, P = tiles * (words - 1);
     int *s_off = reinterpret_cast<int *>(twell_smem);  // [tiles + 1]
@@ -197,7 +199,7 @@ template <int CH, int GU0, int GD0>
 static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, int ldw,
                                          bf16 *Y, uint2 *pairs, int *cnt, int *order, int *n_heavy,
                                          unsigned long long *nnz_sparse, int M, int D, int F, int words, int stages,
-                                         cudaStream_t stream) {
+                                         cudaStream_t stream, TwellBlockedUpBuf *bu, int *bu_rows) {
     constexpr int NT = TWELL_SPLIT_NT;
     constexpr int GU = CH >= 8 ? 1 : CH >= 4 ? (GU0 < 2 ? GU0 : 2) : GU0;  // registers (as in twell/updown.cuh)
     constexpr int GD = CH >= 8 ? 1 : CH >= 4 ? (GD0 < 2 ? GD0 : 2) : GD0;
@@ -216,9 +218,49 @@ static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, cons
         twell_split_order_kernel<<<CEIL_DIV(M, 256), 256, 0, stream>>>(tw, M, tiles, words, order, ctr);
         cudaCheckLaunch();
     }
-    if (stages & 1) {
+    if ((stages & 1) && bu) {
+        // Blocked up (twell/up_blocked.cuh): build, the token-major up on the rows of over-capacity blocks, the
+        // up on tensor cores, finish. The order above (if any) serves the down only.
+        const int nblk = CEIL_DIV(M, bu->T), nparts = D / TWELL_BU_PW;
+        const int sm = bu->stage_mask ? bu->stage_mask : 15;
+        const size_t smem_b = twell_bu_build_smem(bu->T, F, bu->cap), smem_x = twell_bu_up_smem(bu->T);
+        if (sm & 1) cudaCheck(cudaMemsetAsync(bu->rest_n, 0, sizeof(int), stream));
+        if ((sm & 1) && bu->T == 512) {
+            cudaCheck(cudaFuncSetAttribute(twell_bu_build_kernel<512>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem_b));
+            twell_bu_build_kernel<512><<<nblk, TWELL_BU_BUILD_NT, smem_b, stream>>>(
+                tw, M, tiles, words, F, bu->cap, cnt, bu->ent, bu->aux, bu->gunit, bu->binfo, bu->rest, bu->rest_n,
+                n_heavy, bu_rows, nnz_sparse, TWELL_SPLIT_HEAVY);
+        } else if (sm & 1) {
+            cudaCheck(cudaFuncSetAttribute(twell_bu_build_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem_b));
+            twell_bu_build_kernel<256><<<nblk, TWELL_BU_BUILD_NT, smem_b, stream>>>(
+                tw, M, tiles, words, F, bu->cap, cnt, bu->ent, bu->aux, bu->gunit, bu->binfo, bu->rest, bu->rest_n,
+                n_heavy, bu_rows, nnz_sparse, TWELL_SPLIT_HEAVY);
+        }
+        cudaCheckLaunch();
+        if (sm & 2)
+            twell_split_up_kernel<NT, CH, GU><<<M, NT, smem_up, stream>>>(tw, X, Wu, ldw, pairs, cnt, bu->rest,
+                                                                           n_heavy, nnz_sparse, D, F, words, bu->rest_n);
+        cudaCheckLaunch();
+        if ((sm & 4) && bu->T == 512) {
+            cudaCheck(cudaFuncSetAttribute(twell_bu_up_kernel<512, 16>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_x));
+            twell_bu_up_kernel<512, 16><<<dim3(nblk, nparts), 16 * 32, smem_x, stream>>>(
+                X, D, Wu, ldw, bu->ent, bu->gunit, bu->binfo, bu->part, M, bu->cap);
+        } else if (sm & 4) {
+            cudaCheck(cudaFuncSetAttribute(twell_bu_up_kernel<256, 8>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_x));
+            twell_bu_up_kernel<256, 8><<<dim3(nblk, nparts), 8 * 32, smem_x, stream>>>(
+                X, D, Wu, ldw, bu->ent, bu->gunit, bu->binfo, bu->part, M, bu->cap);
+        }
+        cudaCheckLaunch();
+        if (sm & 8) twell_bu_finish_kernel<<<dim3(CEIL_DIV(bu->cap, 256), nblk), 256, 0, stream>>>(
+            bu->ent, bu->aux, bu->gunit, bu->binfo, bu->part, nparts, bu->T, bu->cap, P, pairs);
+        cudaCheckLaunch();
+    } else if (stages & 1) {
         twell_split_up_kernel<NT, CH, GU><<<M, NT, smem_up, stream>>>(tw, X, Wu, ldw, pairs, cnt, order, n_heavy,
-                                                                       nnz_sparse, D, F, words);
+                                                                       nnz_sparse, D, F, words, NULL);
         cudaCheckLaunch();
     }
     if (stages & 2) {
@@ -237,10 +279,10 @@ template <int GU, int GD>
 static inline void twell_split_launch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, int ldw,
                                       bf16 *Y, uint2 *pairs, int *cnt, int *order, int *n_heavy,
                                       unsigned long long *nnz_sparse, int M, int D, int F, int C, cudaStream_t stream,
-                                      int stages = 3) {
+                                      int stages = 3, TwellBlockedUpBuf *bu = NULL, int *bu_rows = NULL) {
     const int words = TWELL_TILE / C;
     const int nchunks = D / 8;  // 16-byte chunks per row; CH per thread of a 128-thread CTA
-#define TWELL_SPLIT_ARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream
+#define TWELL_SPLIT_ARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream, bu, bu_rows
     if (nchunks <= 128) twell_split_launch_ch<1, GU, GD>(TWELL_SPLIT_ARGS);
     else if (nchunks <= 256) twell_split_launch_ch<2, GU, GD>(TWELL_SPLIT_ARGS);
     else if (nchunks <= 512) twell_split_launch_ch<4, GU, GD>(TWELL_SPLIT_ARGS);
@@ -269,8 +311,8 @@ static inline const char *twell_split_units_name(int u) {
 static inline void twell_split_launch_units(int units, const uint32_t *tw, const bf16 *X, const bf16 *Wu,
                                             const bf16 *WdT, int ldw, bf16 *Y, uint2 *pairs, int *cnt, int *order,
                                             int *n_heavy, unsigned long long *nnz_sparse, int M, int D, int F, int C,
-                                            cudaStream_t stream) {
-#define TWELL_SPLIT_UARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, C, stream
+                                            cudaStream_t stream, TwellBlockedUpBuf *bu = NULL, int *bu_rows = NULL) {
+#define TWELL_SPLIT_UARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, C, stream, 3, bu, bu_rows
     switch (units) {
     case TWELL_SPLIT_UNITS_G2G8: twell_split_launch<2, 8>(TWELL_SPLIT_UARGS); break;
     case TWELL_SPLIT_UNITS_G2G4: twell_split_launch<2, 4>(TWELL_SPLIT_UARGS); break;

@@ -693,6 +693,115 @@ static void test_sliced_updown(void **state) {
     }
 }
 
+// The blocked up of the split up/down (twell/up_blocked.cuh, ws->split_up B256 / B512) through the whole FFN: Y
+// poisoned, every row within tolerance of float64 (check_ffn), two runs bit-identical, the up that ran reported, and
+// the rows of blocks over the capacity (run by the token-major up) counted exactly as the CPU predicts from the
+// rows' totals. Mixed rows (heavy first tokens, full rows that overflow, zero rows), uniform nnz, partial last
+// blocks, C 2 / 4 / 8, D 128..2048 (1..16 parts), capacities from 1 (every non-empty block over) to the default.
+static int expected_bu_rows(Problem *P, int T, int capr) {
+    const int slots = TWELL_TILE / P->C - 1, rows_per_chunk = P->M < TWELL_SPLIT_CHUNK ? P->M : TWELL_SPLIT_CHUNK;
+    int over = 0;
+    for (int c0 = 0; c0 < P->M; c0 += rows_per_chunk) {
+        const int rows = P->M - c0 < rows_per_chunk ? P->M - c0 : rows_per_chunk;
+        for (int b0 = 0; b0 < rows; b0 += T) {
+            const int nvalid = rows - b0 < T ? rows - b0 : T;
+            long long total = 0;
+            for (int t = 0; t < nvalid; t++) {
+                const float *pre = &P->pre[(size_t)(c0 + b0 + t) * P->F];
+                int tot = 0, ovf = 0;
+                for (int tt = 0; tt < P->F / TWELL_TILE; tt++) {
+                    int c = 0;
+                    for (int j = 0; j < TWELL_TILE; j++) c += pre[tt * TWELL_TILE + j] > 0;
+                    tot += c;
+                    ovf |= c > slots;
+                }
+                if (!ovf) total += tot;
+            }
+            if (total > (long long)T * capr) over += nvalid;
+        }
+    }
+    return over;
+}
+
+static void test_split_blocked_up(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    typedef struct { int M, D, F, C, kind; double nnz; int capr; } BC;
+    const BC cases[] = {
+        {1000, 256, 1024, 8, ROW_MIX, 0, TWELL_BU_CAPR},   {1300, 128, 5632, 8, ROW_UNIFORM, 29, TWELL_BU_CAPR},
+        {600, 2048, 5632, 2, ROW_MIX, 0, TWELL_BU_CAPR},   {77, 512, 768, 4, ROW_MIX, 0, TWELL_BU_CAPR},
+        {1000, 256, 1024, 8, ROW_UNIFORM, 64, 60},         {700, 384, 2048, 8, ROW_MIX, 0, 20},
+        {520, 128, 1024, 8, ROW_UNIFORM, 16, 1},           {300, 128, 512, 8, ROW_ALL_FULL, 0, TWELL_BU_CAPR},
+        {300, 128, 512, 8, ROW_ALL_ZERO, 0, TWELL_BU_CAPR}, {2000, 256, 5632, 8, ROW_UNIFORM, 128, TWELL_BU_CAPR},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const BC c = cases[i];
+        Problem P;
+        problem_make(&P, c.M, c.D, c.F, c.C, 1, c.kind, c.nnz, g_seed + 9100 + 13 * i);
+        TwellFFNWorkspace ws;
+        assert_int_equal(twell_ffn_workspace_create(&ws, c.M, c.D, c.F, c.C, 1), TWELL_OK);
+        const size_t n = (size_t)P.M * P.D;
+        std::vector<uint16_t> ytok(n), y1(n), y2(n);
+        ws.split_up = TWELL_SPLIT_UP_TOKEN;
+        TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "split/token up");
+        assert_int_equal(r.split_up, TWELL_SPLIT_UP_TOKEN);
+        assert_int_equal(r.bu_rows, 0);
+        cudaCheck(cudaMemcpy(ytok.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+        for (int u = TWELL_SPLIT_UP_B256; u <= TWELL_SPLIT_UP_B512; u++) {
+            ws.split_up = u;
+            ws.split_bu_capr = c.capr;
+            char name[80];
+            snprintf(name, sizeof name, "split/%s up, %d entries per token", twell_split_up_name(u), c.capr);
+            r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, name);
+            cudaCheck(cudaMemcpy(y1.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+            assert_int_equal(r.split_up, u);
+            const int want = expected_bu_rows(&P, twell_split_up_tokens(u), c.capr);
+            printf("      rows of blocks over capacity (token-major up): %d (expected %d)\n", r.bu_rows, want);
+            assert_int_equal(r.bu_rows, want);
+            assert_int_equal(r.n_overflow - r.sliced_rows, count_ovf_rows(&P));
+            check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, name);
+            cudaCheck(cudaMemcpy(y2.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+            assert_memory_equal(y1.data(), y2.data(), n * 2);  // deterministic
+            // Against the token-major up: both are fp32 sums of the same products in different orders, so the bf16
+            // outputs may differ in the last bit, rarely more.
+            int diff = 0;
+            for (size_t k = 0; k < n; k++) {
+                const float a = sllm_bf16_to_f32(y1[k]), b = sllm_bf16_to_f32(ytok[k]);
+                if (fabsf(a - b) > 1e-2f * fmaxf(fabsf(b), 1e-2f)) diff++;
+            }
+            if (diff > (int)(n / 1000)) fail_msg("%s: %d of %zu outputs differ from the token-major up by > 1%%", name,
+                                                 diff, n);
+        }
+        ws.split_up = TWELL_SPLIT_UP_AUTO;
+        ws.split_bu_capr = TWELL_BU_CAPR;
+        r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "split/auto up");
+        assert_int_equal(r.split_up, TWELL_SPLIT_UP_DEFAULT);
+        twell_ffn_workspace_free(&ws);
+        problem_free(&P);
+    }
+    // Shapes the blocked up does not take: AUTO runs the token-major up, an explicit setting is an error.
+    char why[200];
+    assert_int_equal(twell_bu_supports(64, 1024, 256, TWELL_BU_CAPR, why, sizeof why), 0);
+    assert_true(strstr(why, "128") != NULL);
+    assert_int_equal(twell_bu_supports(128, 1024, 512, 200, why, sizeof why), 0);  // 512 x 200 > 65535
+    assert_true(strstr(why, "65535") != NULL);
+    Problem P;
+    problem_make(&P, 100, 64, 1024, 8, 1, ROW_MIX, 0, g_seed + 9999);
+    TwellFFNWorkspace ws;
+    assert_int_equal(twell_ffn_workspace_create(&ws, P.M, P.D, P.F, P.C, 1), TWELL_OK);
+    TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "split/auto up, D 64");
+    assert_int_equal(r.split_up, TWELL_SPLIT_UP_TOKEN);
+    ws.split_up = TWELL_SPLIT_UP_B256;
+    assert_int_equal(twell_ffn_forward(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, P.M, TWELL_PATH_SPARSE, -1, NULL,
+                                       0), TWELL_ERR_SHAPE);
+    ws.split_up = TWELL_SPLIT_UP_NUM;
+    assert_int_equal(twell_ffn_forward(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, P.M, TWELL_PATH_SPARSE, -1, NULL,
+                                       0), TWELL_ERR_ARG);
+    cudaCheck(cudaDeviceSynchronize());
+    twell_ffn_workspace_free(&ws);
+    problem_free(&P);
+}
+
 // Blocks that do not fit the sliced slot area go to the dense fallback: counted, reported, never wrong.
 static void test_sliced_block_overflow(void **state) {
     (void)state;
@@ -854,7 +963,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_all_full_and_all_zero),
         cmocka_unit_test(test_gated_mixed_rows),    cmocka_unit_test(test_nongated_mixed_rows),
         cmocka_unit_test(test_uniform_nnz),         cmocka_unit_test(test_sliced_updown),
-        cmocka_unit_test(test_sliced_block_overflow), cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_sliced_block_overflow), cmocka_unit_test(test_split_blocked_up),
+        cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_dispatch_model),      cmocka_unit_test(test_calibrate),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,13 +2,17 @@
 //
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
 //                   [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]
-//                   [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--variants] [--no-wgmma]
-//                   [--gates 2,3,4,5] [--D 2048] [--F 5632]
+//                   [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--split-up] [--variants]
+//                   [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]
 // --tune: per M, twell_ffn_tune_gate (the gate GEMM's fastest cuBLASLt algorithm, opt-in) and the same for the
 //         "gate" column's GEMM, before the rows.
 // --split-g: a line under each row with the split kernels' units per step side by side: the up stage (order + up)
 //         for GU 2 / 4 / 8 and the down stage for GD 2 / 4 / 8 (every chunk through buffer 0), and the sparse FFN
 //         for every ws->split_units setting (TWELL_SPLIT_UNITS_*).
+// --split-up: a line under each row with the split up/down's up kernels side by side (ws->split_up): the up stage
+//         alone (every chunk through buffer 0; token-major, blocked 256, blocked 512), the blocked ups' build / up /
+//         finish kernels alone, and the sparse FFN with each, timed in one interleaved round set, and the rows the
+//         blocked ups left to the token-major up (blocks over capacity).
 // --gather: a line under each row with the L2 gather probes alone (16-byte loads as in --variants, and whole rows
 //         through cp.async.bulk), at the up/down's traffic for nnz 29.
 // --sliced: a line under each row with the sparse FFN through the sliced up/down (twell/sliced.cuh), timed in
@@ -122,7 +126,7 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
 
 typedef struct {
     int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma, tune;
-    int sliced, gather, splitg;
+    int sliced, gather, splitg, splitup;
     std::vector<int> Ms;
     std::vector<int> gates;  // wgmma gate variants timed side by side (empty: none)
     std::vector<double> nnzs;  // < 0 means 50%
@@ -224,7 +228,7 @@ int main(int argc, char **argv) {
     Opts o;
     o.quick = 0; o.reps = 15; o.variant = 0; o.wgmma = 1; o.variants = 0; o.D = 2048; o.F = 5632;
     o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.interleave = 0; o.l2persist = 0; o.calibrate = 1;
-    o.tune = 0; o.sliced = 0; o.gather = 0; o.splitg = 0;
+    o.tune = 0; o.sliced = 0; o.gather = 0; o.splitg = 0; o.splitup = 0;
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
     o.pat_uniform = 1; o.pat_heavy = 1;
@@ -235,8 +239,8 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%%] [--pattern uniform|heavy|both]\n"
                    "                 [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]\n"
-                   "                 [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--variants] [--no-wgmma]\n"
-                   "                 [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
+                   "                 [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--split-up] [--variants]\n"
+                   "                 [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]\n"
                    "Times the dense gated FFN (cuBLASLt), the TwELL FFN and the dispatched path on the same inputs with a\n"
                    "controlled mean number of non-zeros per token (uniform or heavy-tailed), interleaved, medians; checks\n"
                    "sparse against dense first. Columns and options are described at the top of dev/bench/bench_ffn.cu.\n");
@@ -261,6 +265,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--sliced")) { o.sliced = 1; }
         else if (!strcmp(a, "--gather")) { o.gather = 1; }
         else if (!strcmp(a, "--split-g")) { o.splitg = 1; }
+        else if (!strcmp(a, "--split-up")) { o.splitup = 1; }
         else if (!strcmp(a, "--no-wgmma")) { o.wgmma = 0; o.gates.clear(); }
         else if (!strcmp(a, "--gates") && v) {
             o.gates.clear();
@@ -606,6 +611,68 @@ int main(int argc, char **argv) {
                     for (int u = 0; u < TWELL_SPLIT_UNITS_NUM; u++)
                         printf(" %s %.3f", twell_split_units_name(u), tp[6 + u]);
                     printf("\n");
+                }
+                if (o.splitup && ws.split_rows > 0) {  // the split up/down's up kernels (token-major, blocked)
+                    const int keep_up = ws.split_up;
+                    int ok[TWELL_SPLIT_UP_NUM], over[TWELL_SPLIT_UP_NUM];
+                    for (int u = 0; u < TWELL_SPLIT_UP_NUM; u++) {  // allocate, check, count the capacity fallback
+                        ws.split_up = u;
+                        TwellFFNResult ru;
+                        ok[u] = twell_ffn_forward(&mm, &ws, X[0], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, &ru, 0) ==
+                                TWELL_OK;
+                        over[u] = ok[u] ? ru.bu_rows : -1;
+                    }
+                    twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);  // the up stages below read this TwELL
+                    std::vector<std::function<void(int)>> pf;
+                    for (int u = 0; u < TWELL_SPLIT_UP_NUM; u++) {
+                        TwellBlockedUpBuf *bu = u == TWELL_SPLIT_UP_TOKEN ? NULL
+                                                                          : &ws.split_bu[u == TWELL_SPLIT_UP_B512][0];
+                        pf.push_back([&, bu, u](int s) {
+                            if (!ok[u]) return;
+                            for (int r0 = 0; r0 < M; r0 += ws.split_rows) {
+                                const int rows = std::min(ws.split_rows, M - r0);
+                                twell_split_launch<2, 8>(ws.tw + (size_t)r0 * (F / ws.C), X[s] + (size_t)r0 * D, Wu,
+                                                         WdT, D, Y + (size_t)r0 * D, ws.split_pairs[0],
+                                                         ws.split_cnt[0], NULL, NULL, NULL, rows, D, F, ws.C, 0, 1,
+                                                         bu, NULL);
+                            }
+                        });
+                    }
+                    for (int u = TWELL_SPLIT_UP_B256; u < TWELL_SPLIT_UP_NUM; u++)  // blocked: build, up, finish alone
+                        for (int mask = 1; mask <= 8; mask *= 2) {
+                            if (mask == 2) continue;
+                            TwellBlockedUpBuf *bu = &ws.split_bu[u == TWELL_SPLIT_UP_B512][0];
+                            pf.push_back([&, bu, u, mask](int s) {
+                                if (!ok[u]) return;
+                                bu->stage_mask = mask;
+                                for (int r0 = 0; r0 < M; r0 += ws.split_rows) {
+                                    const int rows = std::min(ws.split_rows, M - r0);
+                                    twell_split_launch<2, 8>(ws.tw + (size_t)r0 * (F / ws.C), X[s] + (size_t)r0 * D,
+                                                             Wu, WdT, D, Y + (size_t)r0 * D, ws.split_pairs[0],
+                                                             ws.split_cnt[0], NULL, NULL, NULL, rows, D, F, ws.C, 0,
+                                                             1, bu, NULL);
+                                }
+                                bu->stage_mask = 0;
+                            });
+                        }
+                    const int NST = TWELL_SPLIT_UP_NUM + 6;  // the sparse FFN columns start here
+                    for (int u = 0; u < TWELL_SPLIT_UP_NUM; u++)
+                        pf.push_back([&, u](int s) {
+                            if (!ok[u]) return;
+                            ws.split_up = u;
+                            twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0);
+                        });
+                    const std::vector<float> tp = timeit_rr(pf);
+                    ws.split_up = keep_up;
+                    printf("    split-up: up stage");
+                    for (int u = 0; u < TWELL_SPLIT_UP_NUM; u++) printf(" %s %.3f", twell_split_up_name(u), tp[u]);
+                    printf(" | stages build/up/finish b256 %.3f %.3f %.3f b512 %.3f %.3f %.3f | sparse FFN",
+                           tp[TWELL_SPLIT_UP_NUM], tp[TWELL_SPLIT_UP_NUM + 1], tp[TWELL_SPLIT_UP_NUM + 2],
+                           tp[TWELL_SPLIT_UP_NUM + 3], tp[TWELL_SPLIT_UP_NUM + 4], tp[TWELL_SPLIT_UP_NUM + 5]);
+                    for (int u = 0; u < TWELL_SPLIT_UP_NUM; u++)
+                        printf(" %s %.3f (%.2fx gate)", twell_split_up_name(u), tp[NST + u], tp[NST + u] / t_gate);
+                    printf(" | rows over capacity b256 %d b512 %d\n", over[TWELL_SPLIT_UP_B256],
+                           over[TWELL_SPLIT_UP_B512]);
                 }
                 if (o.gather) {  // 58 random 4 KB rows per token (nnz 29, up + down) from one matrix: loads vs bulk
                     const int per_cta = 58, chunks = D / 8, nrows = F;

@@ -186,8 +186,9 @@ static inline void twell_ffn_split_alloc(TwellFFNWorkspace *ws) {
     }
 }
 
-// The up kernel the split up/down runs with ws->split_up (AUTO resolved): TWELL_SPLIT_UP_*, or -1 when an explicit
-// blocked setting cannot run this shape or capacity (the reason printed) or the setting is unknown.
+// The up kernel the split up/down runs with ws->split_up (AUTO resolved): TWELL_SPLIT_UP_* (>= 0), or TWELL_ERR_ARG
+// for an unknown setting, TWELL_ERR_SHAPE when an explicit blocked setting cannot run this shape or capacity (the
+// reason printed).
 static inline int twell_ffn_split_up_resolve(const TwellFFNWorkspace *ws) {
     int u = ws->split_up;
     if (u == TWELL_SPLIT_UP_AUTO) {
@@ -199,14 +200,14 @@ static inline int twell_ffn_split_up_resolve(const TwellFFNWorkspace *ws) {
     }
     if (u < 0 || u >= TWELL_SPLIT_UP_NUM) {
         fprintf(stderr, "error: twell: unknown split_up %d (expected -1..%d)\n", u, TWELL_SPLIT_UP_NUM - 1);
-        return -1;
+        return TWELL_ERR_ARG;
     }
     char why[200];
     if (u != TWELL_SPLIT_UP_TOKEN &&
         !twell_bu_supports(ws->D, ws->F, twell_split_up_tokens(u), ws->split_bu_capr, why, sizeof why)) {
         fprintf(stderr, "error: twell: the blocked up (%s) cannot run D=%d F=%d with %d entries per token: %s\n",
                 twell_split_up_name(u), ws->D, ws->F, ws->split_bu_capr, why);
-        return -1;
+        return TWELL_ERR_SHAPE;
     }
     return u;
 }
@@ -441,8 +442,7 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
             return TWELL_ERR_ARG;
         }
         const int up = twell_ffn_split_up_resolve(ws);
-        if (up < 0) return ws->split_up < TWELL_SPLIT_UP_AUTO || ws->split_up >= TWELL_SPLIT_UP_NUM ? TWELL_ERR_ARG
-                                                                                                    : TWELL_ERR_SHAPE;
+        if (up < 0) return up;  // TWELL_ERR_ARG / TWELL_ERR_SHAPE (message printed)
         TwellBlockedUpBuf *bu = NULL;
         if (up != TWELL_SPLIT_UP_TOKEN) {
             const int T = twell_split_up_tokens(up);

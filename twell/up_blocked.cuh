@@ -197,9 +197,7 @@ twell_bu_build_kernel(const uint32_t *__restrict__ tw, int rows, int tiles, int 
     }
     if (tid < nvalid) cnt[r0 + tid] = my_tot;
     {   // statistics, one atomic per block each
-        int heavy = 0;
-        const int is_heavy = __syncthreads_count(tid < T && my_tot >= heavy_at);
-        heavy = is_heavy;
+        const int heavy = __syncthreads_count(tid < T && my_tot >= heavy_at);
         if (tid == 0) {
             binfo[b] = total;
             if (n_heavy && heavy) atomicAdd(n_heavy, heavy);

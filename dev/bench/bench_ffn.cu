@@ -623,37 +623,27 @@ int main(int argc, char **argv) {
                         over[u] = ok[u] ? ru.bu_rows : -1;
                     }
                     twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);  // the up stages below read this TwELL
+                    // The up stage alone over every chunk (buffer 0): bu NULL = token-major; mask: blocked kernels.
+                    auto up_stage = [&](TwellBlockedUpBuf *bu, int mask, int s) {
+                        if (bu) bu->stage_mask = mask;
+                        for (int r0 = 0; r0 < M; r0 += ws.split_rows) {
+                            const int rows = std::min(ws.split_rows, M - r0);
+                            twell_split_launch<2, 8>(ws.tw + (size_t)r0 * (F / ws.C), X[s] + (size_t)r0 * D, Wu, WdT,
+                                                     D, Y + (size_t)r0 * D, ws.split_pairs[0], ws.split_cnt[0], NULL,
+                                                     NULL, NULL, rows, D, F, ws.C, 0, 1, bu, NULL);
+                        }
+                        if (bu) bu->stage_mask = 0;
+                    };
                     std::vector<std::function<void(int)>> pf;
                     for (int u = 0; u < TWELL_SPLIT_UP_NUM; u++) {
                         TwellBlockedUpBuf *bu = u == TWELL_SPLIT_UP_TOKEN ? NULL
                                                                           : &ws.split_bu[u == TWELL_SPLIT_UP_B512][0];
-                        pf.push_back([&, bu, u](int s) {
-                            if (!ok[u]) return;
-                            for (int r0 = 0; r0 < M; r0 += ws.split_rows) {
-                                const int rows = std::min(ws.split_rows, M - r0);
-                                twell_split_launch<2, 8>(ws.tw + (size_t)r0 * (F / ws.C), X[s] + (size_t)r0 * D, Wu,
-                                                         WdT, D, Y + (size_t)r0 * D, ws.split_pairs[0],
-                                                         ws.split_cnt[0], NULL, NULL, NULL, rows, D, F, ws.C, 0, 1,
-                                                         bu, NULL);
-                            }
-                        });
+                        pf.push_back([&, bu, u](int s) { if (ok[u]) up_stage(bu, 0, s); });
                     }
                     for (int u = TWELL_SPLIT_UP_B256; u < TWELL_SPLIT_UP_NUM; u++)  // blocked: build, up, finish alone
-                        for (int mask = 1; mask <= 8; mask *= 2) {
-                            if (mask == 2) continue;
+                        for (int mask : {1, 4, 8}) {
                             TwellBlockedUpBuf *bu = &ws.split_bu[u == TWELL_SPLIT_UP_B512][0];
-                            pf.push_back([&, bu, u, mask](int s) {
-                                if (!ok[u]) return;
-                                bu->stage_mask = mask;
-                                for (int r0 = 0; r0 < M; r0 += ws.split_rows) {
-                                    const int rows = std::min(ws.split_rows, M - r0);
-                                    twell_split_launch<2, 8>(ws.tw + (size_t)r0 * (F / ws.C), X[s] + (size_t)r0 * D,
-                                                             Wu, WdT, D, Y + (size_t)r0 * D, ws.split_pairs[0],
-                                                             ws.split_cnt[0], NULL, NULL, NULL, rows, D, F, ws.C, 0,
-                                                             1, bu, NULL);
-                                }
-                                bu->stage_mask = 0;
-                            });
+                            pf.push_back([&, bu, u, mask](int s) { if (ok[u]) up_stage(bu, mask, s); });
                         }
                     const int NST = TWELL_SPLIT_UP_NUM + 6;  // the sparse FFN columns start here
                     for (int u = 0; u < TWELL_SPLIT_UP_NUM; u++)

@@ -287,19 +287,27 @@ static int count_ovf_rows(Problem *P) {
     return twell_pack_cpu(&s, P->pre.data(), (size_t)P->F, tw.data(), NULL, NULL);
 }
 
+// Row m's active units (true count) from the exact pre-activations; *ovf = 1 if one of its tiles overflows.
+static int row_total(const Problem *P, int m, int *ovf) {
+    const int slots = TWELL_TILE / P->C - 1;
+    int total = 0;
+    *ovf = 0;
+    for (int t = 0; t < P->F / TWELL_TILE; t++) {
+        int c = 0;
+        for (int j = 0; j < TWELL_TILE; j++) c += P->pre[(size_t)m * P->F + t * TWELL_TILE + j] > 0;
+        total += c;
+        *ovf |= c > slots;
+    }
+    return total;
+}
+
 // From the exact pre-activations: rows the split up/down counts as heavy (not overflowing, at least
 // TWELL_SPLIT_HEAVY active units), and the active units of the non-overflow rows and of all rows.
 static void row_stats(Problem *P, int *heavy, long long *nnz_ok, long long *nnz_all) {
-    const int slots = TWELL_TILE / P->C - 1;
     *heavy = 0; *nnz_ok = 0; *nnz_all = 0;
     for (int m = 0; m < P->M; m++) {
-        int total = 0, ovf = 0;
-        for (int t = 0; t < P->F / TWELL_TILE; t++) {
-            int c = 0;
-            for (int j = 0; j < TWELL_TILE; j++) c += P->pre[(size_t)m * P->F + t * TWELL_TILE + j] > 0;
-            total += c;
-            ovf |= c > slots;
-        }
+        int ovf;
+        const int total = row_total(P, m, &ovf);
         *heavy += !ovf && total >= TWELL_SPLIT_HEAVY;
         if (!ovf) *nnz_ok += total;
         *nnz_all += total;
@@ -699,7 +707,7 @@ static void test_sliced_updown(void **state) {
 // rows' totals. Mixed rows (heavy first tokens, full rows that overflow, zero rows), uniform nnz, partial last
 // blocks, C 2 / 4 / 8, D 128..2048 (1..16 parts), capacities from 1 (every non-empty block over) to the default.
 static int expected_bu_rows(Problem *P, int T, int capr) {
-    const int slots = TWELL_TILE / P->C - 1, rows_per_chunk = P->M < TWELL_SPLIT_CHUNK ? P->M : TWELL_SPLIT_CHUNK;
+    const int rows_per_chunk = P->M < TWELL_SPLIT_CHUNK ? P->M : TWELL_SPLIT_CHUNK;
     int over = 0;
     for (int c0 = 0; c0 < P->M; c0 += rows_per_chunk) {
         const int rows = P->M - c0 < rows_per_chunk ? P->M - c0 : rows_per_chunk;
@@ -707,14 +715,8 @@ static int expected_bu_rows(Problem *P, int T, int capr) {
             const int nvalid = rows - b0 < T ? rows - b0 : T;
             long long total = 0;
             for (int t = 0; t < nvalid; t++) {
-                const float *pre = &P->pre[(size_t)(c0 + b0 + t) * P->F];
-                int tot = 0, ovf = 0;
-                for (int tt = 0; tt < P->F / TWELL_TILE; tt++) {
-                    int c = 0;
-                    for (int j = 0; j < TWELL_TILE; j++) c += pre[tt * TWELL_TILE + j] > 0;
-                    tot += c;
-                    ovf |= c > slots;
-                }
+                int ovf;
+                const int tot = row_total(P, c0 + b0 + t, &ovf);
                 if (!ovf) total += tot;
             }
             if (total > (long long)T * capr) over += nvalid;

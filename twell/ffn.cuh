@@ -83,8 +83,6 @@ typedef struct {
                          // the dense fallback, included in n_overflow)
     int split_up;        // sparse path, split up/down: the up that ran (TWELL_SPLIT_UP_TOKEN / _B256 / _B512)
     int bu_rows;         // sparse path, blocked up: rows of blocks over its capacity, computed by the token-major up
-    int split_cols;      // sparse path, split up/down: columns per pass that ran (0: whole rows, token-major)
-    int cols_rows;       // sparse path, column passes: rows over their capacity, computed by the token-major up
 } TwellFFNResult;
 
 // The up kernel of the split up/down (ws->split_up): token-major (twell/updown_split.cuh) or blocked, blocks of 256 or
@@ -154,12 +152,6 @@ typedef struct {
     int split_bu_capr;        // blocked up: entries per token of a block's area (default TWELL_BU_CAPR)
     TwellBlockedUpBuf split_bu[2][2];  // blocked up buffers [T == 512][chunk stream] (allocated on first use)
     int last_split_up;        // the split up of the last sparse call (TWELL_SPLIT_UP_*)
-    // Column passes (twell/updown_cols.cuh): 0 = whole rows (default), 256 or 128 = columns per pass of the up and
-    // the down (the blocked up is not combined with them: split_up must be AUTO or TOKEN). split_cols_capr: units
-    // per row the passes take (default TWELL_COLS_CAPR), rows with more run through the token-major up.
-    int split_cols, split_cols_capr;
-    TwellColsBuf split_cols_buf[2];  // [chunk stream], allocated on first use
-    int last_split_cols;
     cudaStream_t pack_stream;     // side stream of the overlapped gate (non-blocking)
     cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
@@ -262,8 +254,6 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->split_units = TWELL_SPLIT_UNITS_DEFAULT;
     ws->split_up = TWELL_SPLIT_UP_AUTO;
     ws->split_bu_capr = TWELL_BU_CAPR;
-    ws->split_cols = 0;
-    ws->split_cols_capr = TWELL_COLS_CAPR;
     cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
     for (int b = 0; b < 2; b++) cudaCheck(cudaEventCreateWithFlags(&ws->ev_split[b], cudaEventDisableTiming));
     size_t cr = (size_t)ws->dense.chunk_rows;
@@ -385,7 +375,6 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
         cudaCheck(cudaFree(ws->split_order[b]));
         twell_bu_free(&ws->split_bu[0][b]);
         twell_bu_free(&ws->split_bu[1][b]);
-        twell_cols_free(&ws->split_cols_buf[b]);
         cudaCheck(cudaEventDestroy(ws->ev_split[b]));
     }
     for (int b = 0; b < 2; b++) {
@@ -465,39 +454,7 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
             }
             bu = ws->split_bu[T == 512];
         }
-        TwellColsBuf *cols = NULL;
-        if (ws->split_cols != 0) {
-            if (ws->split_cols != 128 && ws->split_cols != 256) {
-                fprintf(stderr, "error: twell: unknown split_cols %d (expected 0, 128 or 256 columns per pass)\n",
-                        ws->split_cols);
-                return TWELL_ERR_ARG;
-            }
-            if (ws->split_cols_capr < 1) {
-                fprintf(stderr, "error: twell: split_cols_capr %d must be >= 1\n", ws->split_cols_capr);
-                return TWELL_ERR_ARG;
-            }
-            const int P = twell_split_pairs_per_row(F, ws->C);  // no row holds more: a larger capacity is clamped
-            const int capr = ws->split_cols_capr < P ? ws->split_cols_capr : P;
-            if (!twell_cols_supports(D, ws->split_cols)) {
-                fprintf(stderr, "error: twell: column passes of %d columns need D %% %d == 0 (D=%d)\n", ws->split_cols,
-                        ws->split_cols, D);
-                return TWELL_ERR_SHAPE;
-            }
-            if (up != TWELL_SPLIT_UP_TOKEN) {
-                fprintf(stderr, "error: twell: column passes (split_cols %d) do not combine with the blocked up (%s)\n",
-                        ws->split_cols, twell_split_up_name(up));
-                return TWELL_ERR_ARG;
-            }
-            for (int b = 0; b < 2; b++) {  // allocated on first use; again if the setting changed
-                TwellColsBuf *x = &ws->split_cols_buf[b];
-                if (x->part && (x->W != ws->split_cols || x->capr != capr || x->rows != ws->split_rows))
-                    twell_cols_free(x);
-                if (!x->part) twell_cols_alloc(x, ws->split_rows, D, ws->split_cols, capr);
-            }
-            cols = ws->split_cols_buf;
-        }
         ws->last_split_up = up;
-        ws->last_split_cols = cols ? ws->split_cols : 0;
         const int words = TWELL_TILE / ws->C;
         const int nchunks = CEIL_DIV(M, ws->split_rows);
         const int heavy_first = ws->split_order_mode == TWELL_SPLIT_ORDER_HEAVY_FIRST ||
@@ -513,8 +470,7 @@ static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const b
                                      ws->split_pairs[c & 1], ws->split_cnt[c & 1],
                                      heavy_first ? ws->split_order[c & 1] : NULL, &ws->counters->n_heavy,
                                      &ws->counters->nnz_sparse, rows, D, F, ws->C, (c & 1) ? ws->pack_stream : stream,
-                                     bu ? &bu[c & 1] : NULL, &ws->counters->bu_rows, cols ? &cols[c & 1] : NULL,
-                                     &ws->counters->cols_rows);
+                                     bu ? &bu[c & 1] : NULL, &ws->counters->bu_rows);
         }
         if (nchunks > 1) {  // join
             cudaCheck(cudaEventRecord(ws->ev_split[1], ws->pack_stream));
@@ -729,8 +685,6 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         r.sliced_rows = ws->counters_host->sl_rows;
         r.split_up = twell_updown_is_split(r.updown) ? ws->last_split_up : -1;
         r.bu_rows = ws->counters_host->bu_rows;
-        r.split_cols = twell_updown_is_split(r.updown) ? ws->last_split_cols : 0;
-        r.cols_rows = ws->counters_host->cols_rows;
         if (twell_updown_is_split(r.updown)) ws->split_last_heavy = ws->counters_host->n_heavy;
         // The share of the active units in rows the up/down computed (the rest: overflow rows, dense fallback);
         // the sliced up/down does not count them (share 1, as before).

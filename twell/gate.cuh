@@ -44,7 +44,6 @@ typedef struct {
     int sl_rows;             // of those: rows whose block did not fit the sliced up/down's slot area
     int n_heavy;             // split up/down: non-overflow rows with >= TWELL_SPLIT_HEAVY active units
     int bu_rows;             // split up/down, blocked up: rows of blocks over its capacity (run by the token-major up)
-    int cols_rows;           // split up/down, column passes: rows over their capacity (run by the token-major up)
     unsigned long long nnz_sparse;  // token-major up/downs (fused, split): active units of the NON-overflow rows
 } TwellCounters;
 

@@ -40,7 +40,6 @@
 #include "twell/format.h"
 #include "twell/updown.cuh"
 #include "twell/up_blocked.cuh"
-#include "twell/updown_cols.cuh"
 
 #define TWELL_SPLIT_CHUNK 16384  // rows per up + down pass (bounds the pairs buffers)
 #define TWELL_SPLIT_NT 128       // threads per CTA (one token) of both kernels
@@ -200,8 +199,7 @@ template <int CH, int GU0, int GD0>
 static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, int ldw,
                                          bf16 *Y, uint2 *pairs, int *cnt, int *order, int *n_heavy,
                                          unsigned long long *nnz_sparse, int M, int D, int F, int words, int stages,
-                                         cudaStream_t stream, TwellBlockedUpBuf *bu, int *bu_rows,
-                                         TwellColsBuf *cols, int *cols_rows) {
+                                         cudaStream_t stream, TwellBlockedUpBuf *bu, int *bu_rows) {
     constexpr int NT = TWELL_SPLIT_NT;
     constexpr int GU = CH >= 8 ? 1 : CH >= 4 ? (GU0 < 2 ? GU0 : 2) : GU0;  // registers (as in twell/updown.cuh)
     constexpr int GD = CH >= 8 ? 1 : CH >= 4 ? (GD0 < 2 ? GD0 : 2) : GD0;
@@ -214,20 +212,13 @@ static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, cons
     if (smem_down > 48 * 1024)
         cudaCheck(cudaFuncSetAttribute(twell_split_down_kernel<NT, CH, GD>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_down));
-    if ((stages & 1) && order && !cols) {
+    if ((stages & 1) && order) {
         int *ctr = order + M;
         cudaCheck(cudaMemsetAsync(ctr, 0, 2 * sizeof(int), stream));
         twell_split_order_kernel<<<CEIL_DIV(M, 256), 256, 0, stream>>>(tw, M, tiles, words, order, ctr);
         cudaCheckLaunch();
     }
-    if ((stages & 1) && cols) {
-        // Column passes (twell/updown_cols.cuh): compact, up passes, finish; rows over its capacity: token-major up.
-        twell_cols_launch_up(cols, tw, X, Wu, ldw, pairs, cnt, n_heavy, nnz_sparse, cols_rows, TWELL_SPLIT_HEAVY, M,
-                             D, F, words, stream);
-        twell_split_up_kernel<NT, CH, GU><<<M, NT, smem_up, stream>>>(tw, X, Wu, ldw, pairs, cnt, cols->rest, NULL,
-                                                                       NULL, D, F, words, cols->rest_n);
-        cudaCheckLaunch();
-    } else if ((stages & 1) && bu) {
+    if ((stages & 1) && bu) {
         // Blocked up (twell/up_blocked.cuh): build, the token-major up on the rows of over-capacity blocks, the
         // up on tensor cores, finish. The order above (if any) serves the down only.
         const int nblk = CEIL_DIV(M, bu->T), nparts = D / TWELL_BU_PW;
@@ -272,9 +263,7 @@ static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, cons
                                                                        nnz_sparse, D, F, words, NULL);
         cudaCheckLaunch();
     }
-    if ((stages & 2) && cols) {
-        twell_cols_launch_down(cols, pairs, cnt, P, WdT, ldw, Y, M, D, stream);
-    } else if (stages & 2) {
+    if (stages & 2) {
         twell_split_down_kernel<NT, CH, GD><<<M, NT, smem_down, stream>>>(pairs, cnt, order, WdT, ldw, Y, D, P);
         cudaCheckLaunch();
     }
@@ -290,11 +279,10 @@ template <int GU, int GD>
 static inline void twell_split_launch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, int ldw,
                                       bf16 *Y, uint2 *pairs, int *cnt, int *order, int *n_heavy,
                                       unsigned long long *nnz_sparse, int M, int D, int F, int C, cudaStream_t stream,
-                                      int stages = 3, TwellBlockedUpBuf *bu = NULL, int *bu_rows = NULL,
-                                      TwellColsBuf *cols = NULL, int *cols_rows = NULL) {
+                                      int stages = 3, TwellBlockedUpBuf *bu = NULL, int *bu_rows = NULL) {
     const int words = TWELL_TILE / C;
     const int nchunks = D / 8;  // 16-byte chunks per row; CH per thread of a 128-thread CTA
-#define TWELL_SPLIT_ARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream, bu, bu_rows, cols, cols_rows
+#define TWELL_SPLIT_ARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream, bu, bu_rows
     if (nchunks <= 128) twell_split_launch_ch<1, GU, GD>(TWELL_SPLIT_ARGS);
     else if (nchunks <= 256) twell_split_launch_ch<2, GU, GD>(TWELL_SPLIT_ARGS);
     else if (nchunks <= 512) twell_split_launch_ch<4, GU, GD>(TWELL_SPLIT_ARGS);
@@ -323,9 +311,8 @@ static inline const char *twell_split_units_name(int u) {
 static inline void twell_split_launch_units(int units, const uint32_t *tw, const bf16 *X, const bf16 *Wu,
                                             const bf16 *WdT, int ldw, bf16 *Y, uint2 *pairs, int *cnt, int *order,
                                             int *n_heavy, unsigned long long *nnz_sparse, int M, int D, int F, int C,
-                                            cudaStream_t stream, TwellBlockedUpBuf *bu = NULL, int *bu_rows = NULL,
-                                            TwellColsBuf *cols = NULL, int *cols_rows = NULL) {
-#define TWELL_SPLIT_UARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, C, stream, 3, bu, bu_rows, cols, cols_rows
+                                            cudaStream_t stream, TwellBlockedUpBuf *bu = NULL, int *bu_rows = NULL) {
+#define TWELL_SPLIT_UARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, C, stream, 3, bu, bu_rows
     switch (units) {
     case TWELL_SPLIT_UNITS_G2G8: twell_split_launch<2, 8>(TWELL_SPLIT_UARGS); break;
     case TWELL_SPLIT_UNITS_G2G4: twell_split_launch<2, 4>(TWELL_SPLIT_UARGS); break;

@@ -2,7 +2,7 @@
 //
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
 //                   [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]
-//                   [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--split-up] [--cols] [--variants]
+//                   [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--split-up] [--variants]
 //                   [--no-wgmma] [--gates 2,3,4,5] [--D 2048] [--F 5632]
 // --tune: per M, twell_ffn_tune_gate (the gate GEMM's fastest cuBLASLt algorithm, opt-in) and the same for the
 //         "gate" column's GEMM, before the rows.
@@ -13,10 +13,6 @@
 //         alone (every chunk through buffer 0; token-major, blocked 256, blocked 512), the blocked ups' build / up /
 //         finish kernels alone, and the sparse FFN with each, timed in one interleaved round set, and the rows the
 //         blocked ups left to the token-major up (blocks over capacity).
-// --cols: a line under each row with the split up/down in column passes (ws->split_cols, twell/updown_cols.cuh)
-//         against whole rows: the up stage and the down stage alone (every chunk through buffer 0), the up/down and
-//         the sparse FFN for split_cols 0 (whole rows) / 256 / 128, one interleaved round set; the relative error of
-//         each against the dense FFN and the rows over the passes' capacity.
 // --gather: a line under each row with the L2 gather probes alone (16-byte loads as in --variants, and whole rows
 //         through cp.async.bulk), at the up/down's traffic for nnz 29.
 // --sliced: a line under each row with the sparse FFN through the sliced up/down (twell/sliced.cuh), timed in
@@ -130,7 +126,7 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
 
 typedef struct {
     int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma, tune;
-    int sliced, gather, splitg, splitup, cols;
+    int sliced, gather, splitg, splitup;
     std::vector<int> Ms;
     std::vector<int> gates;  // wgmma gate variants timed side by side (empty: none)
     std::vector<double> nnzs;  // < 0 means 50%
@@ -232,7 +228,7 @@ int main(int argc, char **argv) {
     Opts o;
     o.quick = 0; o.reps = 15; o.variant = 0; o.wgmma = 1; o.variants = 0; o.D = 2048; o.F = 5632;
     o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.interleave = 0; o.l2persist = 0; o.calibrate = 1;
-    o.tune = 0; o.sliced = 0; o.gather = 0; o.splitg = 0; o.splitup = 0; o.cols = 0;
+    o.tune = 0; o.sliced = 0; o.gather = 0; o.splitg = 0; o.splitup = 0;
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
     o.pat_uniform = 1; o.pat_heavy = 1;
@@ -270,7 +266,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gather")) { o.gather = 1; }
         else if (!strcmp(a, "--split-g")) { o.splitg = 1; }
         else if (!strcmp(a, "--split-up")) { o.splitup = 1; }
-        else if (!strcmp(a, "--cols")) { o.cols = 1; }
         else if (!strcmp(a, "--no-wgmma")) { o.wgmma = 0; o.gates.clear(); }
         else if (!strcmp(a, "--gates") && v) {
             o.gates.clear();
@@ -668,61 +663,6 @@ int main(int argc, char **argv) {
                         printf(" %s %.3f (%.2fx gate)", twell_split_up_name(u), tp[NST + u], tp[NST + u] / t_gate);
                     printf(" | rows over capacity b256 %d b512 %d\n", over[TWELL_SPLIT_UP_B256],
                            over[TWELL_SPLIT_UP_B512]);
-                }
-                if (o.cols && ws.split_rows > 0) {  // the split up/down in column passes against whole rows
-                    const int keep_cols = ws.split_cols, Ws[3] = {0, 256, 128};
-                    double rel[3];
-                    int ok[3], crows[3];
-                    for (int k = 0; k < 3; k++) {  // allocate, check against the dense FFN (Yd), count the rest rows
-                        ws.split_cols = Ws[k];
-                        TwellFFNResult rc;
-                        cudaCheck(cudaMemset(Y, 0xFF, sizeof(bf16) * (size_t)M * D));
-                        ok[k] = twell_ffn_forward(&mm, &ws, X[0], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, &rc, 0) ==
-                                TWELL_OK;
-                        crows[k] = ok[k] ? rc.cols_rows : -1;
-                        cudaCheck(cudaMemset(dsum, 0, 3 * sizeof(double)));
-                        twell_ffn_forward(&mm, &ws, X[0], Wg, Wu, WdT, Yd, M, TWELL_PATH_DENSE, -1, NULL, 0);
-                        bench_diff<<<512, 256>>>(Y, Yd, (long long)M * D, dsum);
-                        cudaCheck(cudaMemcpy(hs, dsum, sizeof hs, cudaMemcpyDeviceToHost));
-                        rel[k] = sqrt(hs[0] / (hs[1] > 0 ? hs[1] : 1));
-                        if (ok[k] && (!(rel[k] < 1e-2) || hs[2] != 0)) {
-                            printf("CORRECTNESS FAILURE (split_cols %d): M=%d %s nnz %g: rel err %.3e, non-finite %g\n",
-                                   Ws[k], M, heavy ? "heavy" : "uniform", target, rel[k], hs[2]);
-                            failures++;
-                        }
-                    }
-                    twell_gate_forward(&mm, &ws, X[0], Wg, M, 0);  // the stages below read this TwELL
-                    auto stage = [&](int k, int st, int s) {  // every chunk through buffer 0
-                        TwellColsBuf *cb = Ws[k] ? &ws.split_cols_buf[0] : NULL;
-                        for (int r0 = 0; r0 < M; r0 += ws.split_rows) {
-                            const int rows = std::min(ws.split_rows, M - r0);
-                            twell_split_launch<2, 8>(ws.tw + (size_t)r0 * (F / ws.C), X[s] + (size_t)r0 * D, Wu, WdT,
-                                                     D, Y + (size_t)r0 * D, ws.split_pairs[0], ws.split_cnt[0], NULL,
-                                                     NULL, NULL, rows, D, F, ws.C, 0, st, NULL, NULL, cb, NULL);
-                        }
-                    };
-                    std::vector<std::function<void(int)>> pf;
-                    for (int st : {1, 2})
-                        for (int k = 0; k < 3; k++) pf.push_back([&, k, st](int s) { if (ok[k]) stage(k, st, s); });
-                    for (int k = 0; k < 3; k++)
-                        pf.push_back([&, k](int s) {
-                            if (!ok[k]) return;
-                            ws.split_cols = Ws[k];
-                            twell_ffn_updown(&ws, X[s], Wu, WdT, Y, M, 0);
-                        });
-                    for (int k = 0; k < 3; k++)
-                        pf.push_back([&, k](int s) {
-                            if (!ok[k]) return;
-                            ws.split_cols = Ws[k];
-                            twell_ffn_forward(&mm, &ws, X[s], Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, 0);
-                        });
-                    const std::vector<float> tp = timeit_rr(pf);
-                    ws.split_cols = keep_cols;
-                    printf("    cols (rows / 256 / 128 columns per pass): up stage %.3f %.3f %.3f | down stage %.3f %.3f "
-                           "%.3f | up/down %.3f %.3f %.3f | sparse FFN %.3f %.3f %.3f (%.2fx %.2fx %.2fx gate) | rel err "
-                           "%.2e %.2e %.2e | rows over capacity %d %d\n",
-                           tp[0], tp[1], tp[2], tp[3], tp[4], tp[5], tp[6], tp[7], tp[8], tp[9], tp[10], tp[11],
-                           tp[9] / t_gate, tp[10] / t_gate, tp[11] / t_gate, rel[0], rel[1], rel[2], crows[1], crows[2]);
                 }
                 if (o.gather) {  // 58 random 4 KB rows per token (nnz 29, up + down) from one matrix: loads vs bulk
                     const int per_cta = 58, chunks = D / 8, nrows = F;

@@ -804,88 +804,6 @@ static void test_split_blocked_up(void **state) {
     problem_free(&P);
 }
 
-// The split up/down in column passes (twell/updown_cols.cuh, ws->split_cols 256 / 128) through the whole FFN: Y
-// poisoned, every row within tolerance of float64 (check_ffn), two runs bit-identical, the setting that ran
-// reported, the rows over the passes' capacity (run by the token-major up) counted exactly as the CPU predicts,
-// and within 1% of the whole-row path on all but 0.1% of the outputs. Mixed rows (heavy first tokens, overflow
-// rows, zero rows), uniform nnz 16-128, all-full and all-zero rows, C 2 / 4 / 8, D 128..2048 (1..16 passes), a
-// partial last CTA of rows (M % 4), capacities 1..200. Then the settings it refuses, each with its error code.
-static void test_split_cols(void **state) {
-    (void)state;
-    if (!g_have_gpu) skip();
-    typedef struct { int M, D, F, C, kind; double nnz; int capr; } CC;
-    const CC cases[] = {
-        {1000, 256, 1024, 8, ROW_MIX, 0, TWELL_COLS_CAPR},  {1301, 512, 5632, 8, ROW_UNIFORM, 29, TWELL_COLS_CAPR},
-        {600, 2048, 5632, 2, ROW_MIX, 0, TWELL_COLS_CAPR},  {77, 768, 768, 4, ROW_MIX, 0, TWELL_COLS_CAPR},
-        {1002, 256, 1024, 8, ROW_UNIFORM, 64, 40},         {523, 128, 1024, 8, ROW_UNIFORM, 16, 1},
-        {300, 256, 512, 8, ROW_ALL_FULL, 0, TWELL_COLS_CAPR}, {300, 256, 512, 8, ROW_ALL_ZERO, 0, TWELL_COLS_CAPR},
-        {2000, 256, 5632, 8, ROW_UNIFORM, 128, 200},       {999, 1024, 2048, 8, ROW_MIX, 0, 33},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const CC c = cases[i];
-        Problem P;
-        problem_make(&P, c.M, c.D, c.F, c.C, 1, c.kind, c.nnz, g_seed + 9300 + 17 * i);
-        TwellFFNWorkspace ws;
-        assert_int_equal(twell_ffn_workspace_create(&ws, c.M, c.D, c.F, c.C, 1), TWELL_OK);
-        const size_t n = (size_t)P.M * P.D;
-        std::vector<uint16_t> yrow(n), y1(n), y2(n);
-        TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "split/whole rows");
-        assert_int_equal(r.split_cols, 0);
-        cudaCheck(cudaMemcpy(yrow.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
-        int want = 0;  // non-overflow rows over the capacity
-        for (int m = 0; m < P.M; m++) {
-            int ovf;
-            const int tot = row_total(&P, m, &ovf);
-            want += !ovf && tot > c.capr;
-        }
-        for (int W : {256, 128}) {
-            ws.split_cols = W;
-            ws.split_cols_capr = c.capr;
-            if (c.D % W) {  // D 128 with passes of 256 columns: refused, named
-                assert_int_equal(twell_ffn_forward(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, P.M,
-                                                   TWELL_PATH_SPARSE, -1, NULL, 0), TWELL_ERR_SHAPE);
-                continue;
-            }
-            char name[80];
-            snprintf(name, sizeof name, "split/%d columns per pass, capacity %d", W, c.capr);
-            r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, name);
-            cudaCheck(cudaMemcpy(y1.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
-            assert_int_equal(r.split_cols, W);
-            printf("      rows over capacity (token-major up): %d (expected %d)\n", r.cols_rows, want);
-            assert_int_equal(r.cols_rows, want);
-            assert_int_equal(r.n_overflow - r.sliced_rows, count_ovf_rows(&P));
-            check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, name);
-            cudaCheck(cudaMemcpy(y2.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
-            assert_memory_equal(y1.data(), y2.data(), n * 2);  // deterministic
-            int diff = 0;  // fp32 sums of the same products in another order: the last bf16 bit, rarely more
-            for (size_t k = 0; k < n; k++) {
-                const float a = sllm_bf16_to_f32(y1[k]), b = sllm_bf16_to_f32(yrow[k]);
-                if (fabsf(a - b) > 1e-2f * fmaxf(fabsf(b), 1e-2f)) diff++;
-            }
-            if (diff > (int)(n / 1000)) fail_msg("%s: %d of %zu outputs differ from whole rows by > 1%%", name, diff, n);
-        }
-        ws.split_cols = 0;
-        ws.split_cols_capr = TWELL_COLS_CAPR;
-        twell_ffn_workspace_free(&ws);
-        problem_free(&P);
-    }
-    // Settings it refuses: an unknown width, a capacity out of range, passes with the blocked up.
-    Problem P;
-    problem_make(&P, 100, 256, 1024, 8, 1, ROW_MIX, 0, g_seed + 9399);
-    TwellFFNWorkspace ws;
-    assert_int_equal(twell_ffn_workspace_create(&ws, P.M, P.D, P.F, P.C, 1), TWELL_OK);
-    const int bad[4][3] = {{100, TWELL_COLS_CAPR, TWELL_SPLIT_UP_AUTO}, {256, 0, TWELL_SPLIT_UP_AUTO},
-                           {256, -5, TWELL_SPLIT_UP_AUTO}, {256, TWELL_COLS_CAPR, TWELL_SPLIT_UP_B256}};
-    for (int k = 0; k < 4; k++) {
-        ws.split_cols = bad[k][0]; ws.split_cols_capr = bad[k][1]; ws.split_up = bad[k][2];
-        assert_int_equal(twell_ffn_forward(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, P.M, TWELL_PATH_SPARSE, -1,
-                                           NULL, 0), TWELL_ERR_ARG);
-    }
-    cudaCheck(cudaDeviceSynchronize());
-    twell_ffn_workspace_free(&ws);
-    problem_free(&P);
-}
-
 // Blocks that do not fit the sliced slot area go to the dense fallback: counted, reported, never wrong.
 static void test_sliced_block_overflow(void **state) {
     (void)state;
@@ -1048,7 +966,6 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gated_mixed_rows),    cmocka_unit_test(test_nongated_mixed_rows),
         cmocka_unit_test(test_uniform_nnz),         cmocka_unit_test(test_sliced_updown),
         cmocka_unit_test(test_sliced_block_overflow), cmocka_unit_test(test_split_blocked_up),
-        cmocka_unit_test(test_split_cols),
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_dispatch_model),      cmocka_unit_test(test_calibrate),
     };

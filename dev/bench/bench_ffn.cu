@@ -19,7 +19,7 @@
 //         the same rounds, that up/down alone, and its stages (compaction / up / reduce / down, events).
 //
 // Timing method: the columns of one configuration are timed INTERLEAVED: each of --reps (default 15)
-// rounds runs every column once (round-robin, the starting column rotated each round), each call timed
+// rounds runs every column once (in a fresh random order each round, fixed seed), each call timed
 // alone with CUDA events (synchronized); the table shows medians. So slow drift of the GPU (clocks,
 // temperature) hits every column alike and the ratios (auto/min) are not skewed by run-to-run noise.
 // Columns (ms, medians, inputs rotated over 3 X sets):
@@ -343,15 +343,25 @@ int main(int argc, char **argv) {
         if (twell_ffn_set_l2_persist(&ws, l2) != TWELL_OK && l2) printf("  (l2persist unavailable)\n");
     };
     set_opts(o.interleave, o.l2persist);
-    // Interleaved timing: medians of o.reps rounds, each round runs every fn once (rotated start).
+    // Interleaved timing: medians of o.reps rounds, each round runs every fn once (a fresh random order each round).
     auto timeit_rr = [&](std::vector<std::function<void(int)>> fns) {
         const size_t n = fns.size();
         for (int w = 0; w < 2; w++)
             for (size_t k = 0; k < n; k++) fns[k](w % NSETS);
         std::vector<std::vector<float>> t(n);
-        for (int r = 0; r < o.reps; r++)
+        std::vector<size_t> order(n);
+        uint64_t lcg = 0x9E3779B97F4A7C15ull;
+        for (int r = 0; r < o.reps; r++) {
+            // A fresh random order of the columns each round (Fisher-Yates, fixed seed): no column always follows
+            // the same one (a fixed rotation put "auto" right after the long sparse call in 7 of 8 rounds, which
+            // cost it 3-9% at M 131072, run 59 of dev/RESULTS.md).
+            for (size_t k = 0; k < n; k++) order[k] = k;
+            for (size_t k = n - 1; k > 0; k--) {
+                lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+                std::swap(order[k], order[(size_t)((lcg >> 33) % (k + 1))]);
+            }
             for (size_t k0 = 0; k0 < n; k0++) {
-                const size_t k = (k0 + (size_t)r) % n;
+                const size_t k = order[k0];
                 cudaCheck(cudaEventRecord(e0, 0));
                 fns[k](r % NSETS);
                 cudaCheck(cudaEventRecord(e1, 0));
@@ -360,6 +370,7 @@ int main(int argc, char **argv) {
                 cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
                 t[k].push_back(ms);
             }
+        }
         std::vector<float> med(n);
         for (size_t k = 0; k < n; k++) med[k] = median(t[k]);
         return med;

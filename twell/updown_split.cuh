@@ -44,6 +44,14 @@
 #define TWELL_SPLIT_CHUNK 16384  // rows per up + down pass (bounds the pairs buffers)
 #define TWELL_SPLIT_NT 128       // threads per CTA (one token) of both kernels
 #define TWELL_SPLIT_HEAVY 64     // a row with at least this many active units is "heavy" (runs first, counted)
+// Minimum CTAs per SM asked of the compiler (__launch_bounds__) for the up and the down kernel. At 1 both use 48
+// registers per thread at D 2048 (10 CTAs per SM); 12 caps them at 40 (the up without spills).
+#ifndef TWELL_SPLIT_UP_MINB
+#define TWELL_SPLIT_UP_MINB 1
+#endif
+#ifndef TWELL_SPLIT_DOWN_MINB
+#define TWELL_SPLIT_DOWN_MINB 1
+#endif
 
 static inline int twell_split_pairs_per_row(int F, int C) { return (F / TWELL_TILE) * (TWELL_TILE / C - 1); }
 
@@ -53,7 +61,7 @@ static inline int twell_split_pairs_per_row(int F, int C) { return (F / TWELL_TI
 // barrier at the end, then h = g * (sum over warps, fixed order). Dynamic shared memory: tiles + 1 + (2 + NW) x P
 // words.
 template <int NT, int CH, int G>
-__global__ void __launch_bounds__(NT)
+__global__ void __launch_bounds__(NT, TWELL_SPLIT_UP_MINB)
 twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X, const bf16 *__restrict__ Wu,
                       int ldw, uint2 *__restrict__ pairs, int *__restrict__ cnt, const int *__restrict__ order,
                       int *__restrict__ n_heavy, unsigned long long *__restrict__ nnz_sparse, int D, int F,
@@ -123,7 +131,7 @@ twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ 
 
 // Down: one CTA of NT threads per row. CH = 16-byte chunks of y per thread (D <= CH * NT * 8), G rows per step.
 template <int NT, int CH, int G>
-__global__ void __launch_bounds__(NT)
+__global__ void __launch_bounds__(NT, TWELL_SPLIT_DOWN_MINB)
 twell_split_down_kernel(const uint2 *__restrict__ pairs, const int *__restrict__ cnt, const int *__restrict__ order,
                         const bf16 *__restrict__ WdT, int ldw, bf16 *__restrict__ Y, int D, int P) {
     extern __shared__ __align__(16) unsigned char twell_smem[];

@@ -114,7 +114,7 @@ $(BUILD)/%: dev/bench/%.cu $(TEST_SUPPORT_OBJS) $(LIB)
 	$(NVCC) $(NVFLAGS) -Itest $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(NVLDFLAGS_DEPS) $(LDLIBS) $(CUDA_LIBS)
 
 # Header dependencies of CUDA targets: rebuild when any header changes.
-CUDA_HEADERS := $(wildcard core/*.h core/*.cuh twell/*.h twell/*.cuh dataloader/*.h test/*.h)
+CUDA_HEADERS := $(wildcard core/*.h core/*.cuh twell/*.h twell/*.cuh dataloader/*.h test/*.h dev/bench/*.cuh)
 $(CUDA_BINS) $(GPU_TESTS) $(BENCHES): $(CUDA_HEADERS)
 
 test: all

@@ -78,5 +78,15 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
+// Inclusive prefix sum of one int per lane over the whole warp (every lane calls it): lane i gets v_0 + ... + v_i.
+__device__ __forceinline__ int warp_scan_incl(int v) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += y;
+    }
+    return v;
+}
 
 #endif  // SLLM_CUDA_COMMON_CUH

@@ -148,12 +148,7 @@ twell_pack_kernel(const bf16 *__restrict__ dense, int rows, int row0, int F, int
             if (f > 0.0f) mask |= 1u << e;
         }
         const int c = __popc(mask);
-        int incl = c;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            int n = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += n;
-        }
+        const int incl = warp_scan_incl(c);
         const int total = __shfl_sync(0xffffffffu, incl, 31);
         int k = incl - c;  // first slot (0-based) of this lane's entries
         uint32_t *out = tw + (size_t)(row0 + r) * row_words + (size_t)t * words;

@@ -212,12 +212,7 @@ twell_gate_wgmma2_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_c
 #pragma unroll
                     for (int e = 0; e < 8; e++) mask |= twg_bf16_pos((w4[e >> 1] >> ((e & 1) * 16)) & 0xFFFFu) << e;
                     const int c = __popc(mask);
-                    int incl = c;
-#pragma unroll
-                    for (int o = 1; o < 32; o <<= 1) {
-                        const int nb = __shfl_up_sync(0xffffffffu, incl, o);
-                        if (lane >= o) incl += nb;
-                    }
+                    const int incl = warp_scan_incl(c);
                     const int total = __shfl_sync(0xffffffffu, incl, 31);
                     int k = incl - c;  // first slot (0-based) of this lane's entries
                     uint32_t *out = tw + (size_t)row * row_words + (size_t)tn * words;

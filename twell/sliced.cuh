@@ -146,12 +146,7 @@ __device__ __forceinline__ int sl_row_setup(const TwellSlGroupWalk &w, int row, 
     const int tiles = w.F / TWELL_TILE;
     int c = 0;
     if (active && lane < tiles) c = min((int)w.tw[(size_t)row * w.row_words + (size_t)lane * w.words], w.slots);
-    int incl = c;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-    }
+    const int incl = warp_scan_incl(c);
     *base_t = incl - c;
     return __shfl_sync(0xffffffffu, incl, 31);
 }

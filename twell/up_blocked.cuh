@@ -108,26 +108,16 @@ static inline void twell_bu_free(TwellBlockedUpBuf *b) {
     memset(b, 0, sizeof(*b));
 }
 
-// Inclusive scan of one int per lane over the warp (all lanes call it).
-__device__ __forceinline__ int twell_bu_warp_scan(int v, int lane) {
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, v, o);
-        if (lane >= o) v += y;
-    }
-    return v;
-}
-
 // Block-wide exclusive scan of one int per thread (NT threads); s_warp: NT / 32 + 1 ints of shared memory. Returns
 // the thread's exclusive prefix; *total = the sum. Every thread must call it.
 template <int NT>
 __device__ __forceinline__ int twell_bu_block_scan(int v, int *s_warp, int *total) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int incl = twell_bu_warp_scan(v, lane);
+    const int incl = warp_scan_incl(v);
     if (lane == 31) s_warp[warp] = incl;
     __syncthreads();
     if (warp == 0) {
-        const int w = lane < NT / 32 ? s_warp[lane] : 0, wi = twell_bu_warp_scan(w, lane);
+        const int w = lane < NT / 32 ? s_warp[lane] : 0, wi = warp_scan_incl(w);
         if (lane < NT / 32) s_warp[lane] = wi - w;  // exclusive prefix of the warp
         if (lane == 31) s_warp[NT / 32] = wi;
     }
@@ -214,7 +204,7 @@ twell_bu_build_kernel(const uint32_t *__restrict__ tw, int rows, int tiles, int 
         for (int t0 = 0; t0 < tiles; t0 += 32) {
             const int tt = t0 + lane;
             const int c = tt < tiles ? (int)s_tc[t * tiles + tt] : 0;
-            const int incl = twell_bu_warp_scan(c, lane);
+            const int incl = warp_scan_incl(c);
             const int k = k0 + incl - c;
             for (int l = 0; l < c; l++) {
                 const uint32_t w = __ldg(trow + (size_t)tt * words + 1 + l);
@@ -259,7 +249,7 @@ twell_bu_build_kernel(const uint32_t *__restrict__ tw, int rows, int tiles, int 
         for (int t0 = 0; t0 < tiles; t0 += 32) {
             const int tt = t0 + lane;
             const int c = tt < tiles ? (int)s_tc[t * tiles + tt] : 0;
-            const int incl = twell_bu_warp_scan(c, lane);
+            const int incl = warp_scan_incl(c);
             const int i = i0 + incl - c;  // the row's position of the tile's first entry (column order)
             for (int l = 0; l < c; l++) {
                 const uint32_t w = __ldcs(trow + (size_t)tt * words + 1 + l);  // last read of the TwELL

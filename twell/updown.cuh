@@ -106,12 +106,7 @@ __device__ __forceinline__ int twell_block_compact_row(const uint32_t *__restric
             int t = base + lane;
             int c = t < tiles ? s_off[t] : 0;
             if (c > slots) ovf = 1;
-            int incl = c;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                int n = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += n;
-            }
+            const int incl = warp_scan_incl(c);
             if (t < tiles) s_off[t] = carry + incl - c;
             carry += __shfl_sync(0xffffffffu, incl, 31);
         }

@@ -76,6 +76,7 @@
 #include "cuda_common.cuh"
 #include "matmul.cuh"
 #include "twell/ffn.cuh"
+#include "dev/bench/bench_rows.cuh"
 
 __device__ __forceinline__ uint32_t bench_hash(uint64_t x) {
     x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
@@ -146,9 +147,7 @@ __global__ void bench_l2_gather(const uint4 *__restrict__ W, int nrows, int chun
         uint4 v[R][2];
 #pragma unroll
         for (int j = 0; j < R; j++) {
-            uint32_t h = ((uint32_t)seed ^ (blockIdx.x * 0x9E3779B9u + (uint32_t)(i + j) * 0x85EBCA6Bu)) * 0xC2B2AE35u;
-            h ^= h >> 15; h *= 0x27D4EB2Fu; h ^= h >> 13;
-            const int r = (int)__umulhi(h, (uint32_t)nrows);  // uniform in [0, nrows), no division
+            const int r = bench_random_row((uint32_t)seed, blockIdx.x, (uint32_t)(i + j), nrows);
 #pragma unroll
             for (int k = 0; k < 2; k++) {
                 const int c = threadIdx.x + k * 128;
@@ -186,9 +185,7 @@ __global__ void bench_l2_gather_bulk(const uint4 *__restrict__ W, int nrows, int
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sbar), "r"(row_bytes * nr)
                          : "memory");
             for (int j = 0; j < nr; j++) {
-                uint32_t h = ((uint32_t)seed ^ (blockIdx.x * 0x9E3779B9u + (uint32_t)(i + j) * 0x85EBCA6Bu)) * 0xC2B2AE35u;
-                h ^= h >> 15; h *= 0x27D4EB2Fu; h ^= h >> 13;
-                const int r = (int)__umulhi(h, (uint32_t)nrows);
+                const int r = bench_random_row((uint32_t)seed, blockIdx.x, (uint32_t)(i + j), nrows);
                 const uint32_t dst = (uint32_t)__cvta_generic_to_shared(bench_rows + (size_t)j * chunks);
                 asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                              ::"r"(dst), "l"(W + (size_t)r * chunks), "r"(row_bytes), "r"(sbar) : "memory");
@@ -354,7 +351,7 @@ int main(int argc, char **argv) {
         for (int r = 0; r < o.reps; r++) {
             // A fresh random order of the columns each round (Fisher-Yates, fixed seed): no column always follows
             // the same one (a fixed rotation put "auto" right after the long sparse call in 7 of 8 rounds, which
-            // cost it 3-9% at M 131072, run 59 of dev/RESULTS.md).
+            // cost it 3-9% at M 131072, run 58 of dev/RESULTS.md).
             for (size_t k = 0; k < n; k++) order[k] = k;
             for (size_t k = n - 1; k > 0; k--) {
                 lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;

@@ -15,16 +15,13 @@
 #include <vector>
 
 #include "cuda_common.cuh"
+#include "dev/bench/bench_rows.cuh"
 
 template <int U>
 __global__ void l2_probe_kernel(const uint4 *__restrict__ W, int nrows, int width_log2, int stride, int offset,
                                 int rows_per_cta, uint32_t seed, uint32_t *out) {
     __shared__ int rows[1024];
-    for (int j = threadIdx.x; j < rows_per_cta; j += blockDim.x) {
-        uint32_t h = (seed ^ (blockIdx.x * 0x9E3779B9u + (uint32_t)j * 0x85EBCA6Bu)) * 0xC2B2AE35u;
-        h ^= h >> 15; h *= 0x27D4EB2Fu; h ^= h >> 13;
-        rows[j] = (int)__umulhi(h, (uint32_t)nrows);
-    }
+    for (int j = threadIdx.x; j < rows_per_cta; j += blockDim.x) rows[j] = bench_random_row(seed, blockIdx.x, j, nrows);
     __syncthreads();
     const int total = rows_per_cta << width_log2, cmask = (1 << width_log2) - 1;
     uint32_t acc = 0;

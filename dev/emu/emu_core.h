@@ -98,6 +98,16 @@ static inline T __shfl_up_sync(unsigned, T v, unsigned d) {
     return emu_shfl_idx(v, (int)d <= l ? l - (int)d : l);
 }
 
+// core/cuda_common.cuh's warp scan, on the emulated shuffles (kernel files do not include cuda_common.cuh here).
+static inline int warp_scan_incl(int v) {
+    const int lane = emu_lane();
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += y;
+    }
+    return v;
+}
+
 static inline unsigned __ballot_sync(unsigned, int pred) {
     EmuWarpX &x = g_emu_wx[emu_warp()];
     x.v[emu_lane()] = pred ? 1u : 0u;

@@ -18,6 +18,11 @@
 // twell_ffn_tune_gate (opt-in) picks the fastest cuBLASLt algorithm for the gate GEMM by timing (since the
 // mask GEMM defaults to 128x128 tiles, run 39, it gains little: gate 2.24-2.29 tuned vs 2.15-2.27 ms).
 //
+// Decode path (twell/decode.cuh): a sparse call of M <= ws->decode_rows rows (default TWELL_DECODE_MAX_M = 64;
+// twell_ffn_set_decode_rows, 0 = off) runs three small kernels instead (tensor-core GEMV gate, per-tile lists of
+// the active units with no capacity limit, down): no host sync, no overflow rows, capturable in a CUDA graph.
+// Its count of active gates is read back at the next call, like the dense path's. TwellFFNResult.decode = 1.
+//
 // Dense path: cuBLASLt gate and up GEMMs, relu*mul, down GEMM (chunks of dense_chunk_rows rows).
 //
 // Dispatch (TWELL_PATH_AUTO): a cost model (TWELL_DISPATCH_*, TwellDispatchModel) predicts the sparse
@@ -38,6 +43,7 @@
 
 #include "cuda_common.cuh"
 #include "matmul.cuh"
+#include "twell/decode.cuh"
 #include "twell/dense_ffn.cuh"
 #include "twell/format.h"
 #include "twell/gate.cuh"
@@ -66,6 +72,11 @@
 #define TWELL_DISPATCH_S1 0.008397
 #define TWELL_DISPATCH_FOVF 1.2
 #define TWELL_DISPATCH_MARGIN 0.03
+// The decode path's model (M <= decode_rows): predicted decode / dense = s0 + s1 * (M * mean nnz), i.e. per active
+// (row, unit) pair of the call: at a few rows the dense FFN's time hardly depends on M (it reads the weights
+// once), the decode path pays a fixed cost plus 8 KB of weight rows per pair.
+#define TWELL_DECODE_S0 0.25
+#define TWELL_DECODE_S1 5e-5
 
 typedef struct {
     double s0, s1, fovf, margin;
@@ -83,6 +94,8 @@ typedef struct {
                          // the dense fallback, included in n_overflow)
     int split_up;        // sparse path, split up/down: the up that ran (TWELL_SPLIT_UP_TOKEN / _B256 / _B512)
     int bu_rows;         // sparse path, blocked up: rows of blocks over its capacity, computed by the token-major up
+    int decode;          // sparse path: 1 if the decode path ran (M <= decode_rows; then n_overflow 0, mean_nnz -1:
+                         // its count is read back at the next call, without a sync)
 } TwellFFNResult;
 
 // The up kernel of the split up/down (ws->split_up): token-major (twell/updown_split.cuh) or blocked, blocks of 256 or
@@ -121,7 +134,7 @@ typedef struct {
     int *ovf_flag, *ovf_list;     // [max_M]
     TwellCounters *counters;      // device
     TwellCounters *counters_host; // pinned
-    unsigned long long *dense_nnz;       // device counter of the dense path
+    unsigned long long *dense_nnz;       // device counter of the paths that do not sync (dense, decode)
     unsigned long long *dense_nnz_host;  // pinned
     cudaEvent_t dense_nnz_ready;
     int dense_nnz_pending, dense_nnz_pending_M;
@@ -155,6 +168,13 @@ typedef struct {
     cudaStream_t pack_stream;     // side stream of the overlapped gate (non-blocking)
     cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
+    // Decode path (twell/decode.cuh): sparse calls with M <= decode_rows (0: off) run it. Scratch for dec_alloc_rows
+    // = min(TWELL_DECODE_MAX_M, max_M) rows: g [rows, F] bf16, cnt [rows, F/256], ent [rows, F] (unit, h).
+    int decode_rows, dec_alloc_rows;
+    bf16 *dec_g;
+    int *dec_cnt;
+    uint2 *dec_ent;
+    TwellDispatchModel dec_model;  // AUTO at M <= decode_rows: s0 + s1 * (M * nnz), see TWELL_DECODE_S0
     // dispatch state
     double last_mean_nnz;  // -1: unknown
     double last_ovf_frac;
@@ -226,6 +246,10 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->model.s1 = TWELL_DISPATCH_S1;
     ws->model.fovf = TWELL_DISPATCH_FOVF;
     ws->model.margin = TWELL_DISPATCH_MARGIN;
+    ws->dec_model.s0 = TWELL_DECODE_S0;
+    ws->dec_model.s1 = TWELL_DECODE_S1;
+    ws->dec_model.fovf = 0.0;
+    ws->dec_model.margin = TWELL_DISPATCH_MARGIN;
     ws->last_mean_nnz = -1.0;
     ws->last_ovf_frac = 0.0;
     ws->last_sparse_share = 1.0;
@@ -261,6 +285,24 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     cudaCheck(cudaMalloc(&ws->dense.yg, sizeof(bf16) * cr * D));
     cudaCheck(cudaMalloc(&ws->dense.g, sizeof(bf16) * cr * F));
     cudaCheck(cudaMalloc(&ws->dense.u, sizeof(bf16) * cr * F));
+    ws->dec_alloc_rows = max_M < TWELL_DECODE_MAX_M ? max_M : TWELL_DECODE_MAX_M;
+    ws->decode_rows = ws->dec_alloc_rows;
+    const size_t dr = (size_t)ws->dec_alloc_rows;
+    cudaCheck(cudaMalloc(&ws->dec_g, sizeof(bf16) * dr * F));
+    cudaCheck(cudaMalloc(&ws->dec_cnt, sizeof(int) * dr * (F / TWELL_TILE)));
+    cudaCheck(cudaMalloc(&ws->dec_ent, sizeof(uint2) * dr * F));
+    return TWELL_OK;
+}
+
+// Sparse calls of at most `rows` rows run the decode path (twell/decode.cuh); 0 turns it off (every sparse call
+// runs the tile path: gate -> TwELL, up/down, dense fallback). rows in [0, min(TWELL_DECODE_MAX_M, max_M)].
+static inline int twell_ffn_set_decode_rows(TwellFFNWorkspace *ws, int rows) {
+    if (rows < 0 || rows > ws->dec_alloc_rows) {
+        fprintf(stderr, "error: twell_ffn_set_decode_rows: rows=%d must be in [0, %d] (min(TWELL_DECODE_MAX_M, "
+                        "max_M))\n", rows, ws->dec_alloc_rows);
+        return TWELL_ERR_ARG;
+    }
+    ws->decode_rows = rows;
     return TWELL_OK;
 }
 
@@ -387,6 +429,7 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
     cudaCheck(cudaStreamDestroy(ws->pack_stream));
     cudaCheck(cudaFree(ws->dense.xg)); cudaCheck(cudaFree(ws->dense.yg));
     cudaCheck(cudaFree(ws->dense.g)); cudaCheck(cudaFree(ws->dense.u));
+    cudaCheck(cudaFree(ws->dec_g)); cudaCheck(cudaFree(ws->dec_cnt)); cudaCheck(cudaFree(ws->dec_ent));
     memset(ws, 0, sizeof(*ws));
 }
 
@@ -614,7 +657,10 @@ static inline TwellPath twell_dispatch_decide(const TwellDispatchModel *m, doubl
 static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *Wg,
                                     const bf16 *Wu, const bf16 *WdT, bf16 *Y, int M, TwellPath path, double nnz_hint,
                                     TwellFFNResult *res, cudaStream_t stream) {
-    TwellFFNResult r = {0, -1, -1.0};
+    TwellFFNResult r;
+    memset(&r, 0, sizeof r);
+    r.n_overflow = -1;
+    r.mean_nnz = -1.0;
     if (M < 1 || M > ws->max_M) {
         fprintf(stderr, "error: twell_ffn_forward: M=%d must be in [1, max_M=%d] of the workspace\n", M, ws->max_M);
         return TWELL_ERR_WORKSPACE;
@@ -632,9 +678,14 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         fprintf(stderr, "error: twell_ffn_forward: unknown path %d\n", (int)path);
         return TWELL_ERR_ARG;
     }
-    // Pick up the dense path's nnz count of the previous call (no sync: it is long finished).
+    // Under stream capture (a CUDA graph) only the paths without a host sync run (decode, dense); they skip their
+    // count read-back there, and the dispatch uses the estimate it has.
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaCheck(cudaStreamIsCapturing(stream, &cap));
+    const int capturing = cap != cudaStreamCaptureStatusNone;
+    // Pick up the dense / decode path's nnz count of the previous call (no sync: it is long finished).
     // Never waits: if the copy is not done yet, the older estimate is used.
-    if (ws->dense_nnz_pending) {
+    if (ws->dense_nnz_pending && !capturing) {
         cudaError_t q = cudaEventQuery(ws->dense_nnz_ready);
         if (q == cudaSuccess) {
             ws->last_mean_nnz = (double)*ws->dense_nnz_host / (double)ws->dense_nnz_pending_M;
@@ -643,24 +694,57 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
             cudaCheck(q);
         }
     }
+    const int decode = M <= ws->decode_rows;
     if (path == TWELL_PATH_AUTO) {
+        // Decode path: its model's variable is the active pairs of the call (M x nnz), and it has no overflow rows.
+        const TwellDispatchModel *mdl = decode ? &ws->dec_model : &ws->model;
+        const double per_call = decode ? (double)M : 1.0;
         if (nnz_hint >= 0)  // the caller's estimate decides alone (no overflow assumed)
-            path = twell_dispatch_decide(&ws->model, nnz_hint, 0.0, ws->last_path);
+            path = twell_dispatch_decide(mdl, nnz_hint * per_call, 0.0, ws->last_path);
         else if (ws->last_mean_nnz < 0)  // unknown: run sparse, which measures
             path = TWELL_PATH_SPARSE;
+        else if (decode)
+            path = twell_dispatch_decide(mdl, ws->last_mean_nnz * per_call, 0.0, ws->last_path);
         else
-            path = twell_dispatch_decide(&ws->model, ws->last_mean_nnz * ws->last_sparse_share, ws->last_ovf_frac,
+            path = twell_dispatch_decide(mdl, ws->last_mean_nnz * ws->last_sparse_share, ws->last_ovf_frac,
                                          ws->last_path);
     }
     const bf16 *W1 = ws->gated ? Wg : Wu;
-    if (path == TWELL_PATH_DENSE) {
-        cudaCheck(cudaMemsetAsync(ws->dense_nnz, 0, sizeof(unsigned long long), stream));
-        twell_dense_ffn(mm, &ws->dense, ws->gated, X, Wg, Wu, WdT, Y, NULL, M, ws->D, ws->F, ws->dense_nnz, stream);
-        cudaCheck(cudaMemcpyAsync(ws->dense_nnz_host, ws->dense_nnz, sizeof(unsigned long long),
-                                  cudaMemcpyDeviceToHost, stream));
-        cudaCheck(cudaEventRecord(ws->dense_nnz_ready, stream));
-        ws->dense_nnz_pending = 1;
-        ws->dense_nnz_pending_M = M;
+    if (capturing && path == TWELL_PATH_SPARSE && !decode) {
+        fprintf(stderr, "error: twell_ffn_forward: the tile path (M=%d > decode_rows=%d) synchronizes the host and "
+                        "cannot run under stream capture: capture M <= decode_rows rows, or the dense path\n", M,
+                ws->decode_rows);
+        return TWELL_ERR_ARG;
+    }
+    if (path == TWELL_PATH_SPARSE && decode) {
+        // No sync: the count is read back at the next call, like the dense path's (not under capture).
+        if (!capturing) cudaCheck(cudaMemsetAsync(ws->dense_nnz, 0, sizeof(unsigned long long), stream));
+        int e = twell_decode_forward(X, Wg, Wu, WdT, Y, M, ws->D, ws->F, ws->gated, ws->dec_g, ws->dec_cnt,
+                                     ws->dec_ent, capturing ? NULL : ws->dense_nnz, stream);
+        if (e) return e;
+        if (!capturing) {
+            cudaCheck(cudaMemcpyAsync(ws->dense_nnz_host, ws->dense_nnz, sizeof(unsigned long long),
+                                      cudaMemcpyDeviceToHost, stream));
+            cudaCheck(cudaEventRecord(ws->dense_nnz_ready, stream));
+            ws->dense_nnz_pending = 1;
+            ws->dense_nnz_pending_M = M;
+        }
+        r.path = TWELL_PATH_SPARSE;
+        r.decode = 1;
+        r.n_overflow = 0;
+        r.updown = -1;
+        r.split_up = -1;
+    } else if (path == TWELL_PATH_DENSE) {
+        if (!capturing) cudaCheck(cudaMemsetAsync(ws->dense_nnz, 0, sizeof(unsigned long long), stream));
+        twell_dense_ffn(mm, &ws->dense, ws->gated, X, Wg, Wu, WdT, Y, NULL, M, ws->D, ws->F,
+                        capturing ? NULL : ws->dense_nnz, stream);
+        if (!capturing) {
+            cudaCheck(cudaMemcpyAsync(ws->dense_nnz_host, ws->dense_nnz, sizeof(unsigned long long),
+                                      cudaMemcpyDeviceToHost, stream));
+            cudaCheck(cudaEventRecord(ws->dense_nnz_ready, stream));
+            ws->dense_nnz_pending = 1;
+            ws->dense_nnz_pending_M = M;
+        }
         r.path = TWELL_PATH_DENSE;
     } else {
         int e = twell_gate_forward(mm, ws, X, W1, M, stream);
@@ -712,17 +796,23 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
 //   s0 = (gate + updown_empty) / dense,  s1 = (updown - updown_empty) / (mean_nnz * dense).
 // Overwrites Y. Blocking (events + syncs): call once at start-up, not per step. Returns TWELL_OK and
 // sets ws->model (model.calibrated = 1); on failure (an error code) the model is unchanged. The
-// dispatch state (last nnz / path) is reset. Wg may be NULL when !gated.
+// dispatch state (last nnz / path) is reset. Wg may be NULL when !gated. It fits the TILE path's model (ws->model):
+// the decode path is off during the measurement, and its model (ws->dec_model) keeps the TWELL_DECODE_* defaults.
 static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *Wg,
                                       const bf16 *Wu, const bf16 *WdT, bf16 *Y, int M, int reps, cudaStream_t stream) {
     if (reps < 1) reps = 1;
     if (reps > 64) reps = 64;
+    const int decode_rows = ws->decode_rows;
+    ws->decode_rows = 0;  // the tile path is measured, whatever M
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     const bf16 *W1 = ws->gated ? Wg : Wu;
     float t[4];  // dense, gate, updown, updown_empty
-    TwellFFNResult r = {0, -1, -1.0};
+    TwellFFNResult r;
+    memset(&r, 0, sizeof r);
+    r.n_overflow = -1;
+    r.mean_nnz = -1.0;
     int err = twell_ffn_forward(mm, ws, X, Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, &r, stream);  // warm + nnz
     for (int which = 0; which < 4 && !err; which++) {
         float v[64];
@@ -752,6 +842,7 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
     if (ws->l2_persist) (void)cudaCtxResetPersistingL2Cache();
     cudaCheck(cudaEventDestroy(e0));
     cudaCheck(cudaEventDestroy(e1));
+    ws->decode_rows = decode_rows;
     if (err) return err;
     const double sparse_nnz = r.mean_nnz * ws->last_sparse_share;  // per token, in rows the up/down computed
     if (!(t[0] > 0) || !(sparse_nnz > 0)) {

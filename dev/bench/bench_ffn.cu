@@ -76,54 +76,8 @@
 #include "cuda_common.cuh"
 #include "matmul.cuh"
 #include "twell/ffn.cuh"
+#include "dev/bench/bench_gen.cuh"
 #include "dev/bench/bench_rows.cuh"
-
-__device__ __forceinline__ uint32_t bench_hash(uint64_t x) {
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
-    return (uint32_t)x;
-}
-__device__ __forceinline__ float bench_normal(uint64_t seed, uint64_t i) {
-    float u1 = (bench_hash(seed * 0x9E3779B97F4A7C15ull + 2 * i) + 1.0f) * 2.3283064e-10f;
-    float u2 = bench_hash(seed * 0x9E3779B97F4A7C15ull + 2 * i + 1) * 2.3283064e-10f;
-    return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
-}
-__global__ void bench_fill_normal(bf16 *p, long long n, float scale, uint64_t seed) {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        p[i] = __float2bfloat16_rn(scale * bench_normal(seed, (uint64_t)i));
-}
-__global__ void bench_set_col0(bf16 *W, int rows, int D, float v) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < rows) W[(size_t)r * D] = __float2bfloat16_rn(v);
-}
-// One warp per row: X[m,0] = -sigma_m z(p_m).
-__global__ void bench_set_bias(bf16 *X, int M, int D, int F, float nnz, int heavy) {
-    int m = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (m >= M) return;
-    float s = 0;
-    for (int d = 1 + lane; d < D; d += 32) { float v = __bfloat162float(X[(size_t)m * D + d]); s += v * v; }
-    s = warp_sum(s);
-    float p = nnz / F;
-    if (heavy) {
-        const float mean_w = 1.0f + 40.0f * (1.0f - expf(-2048.0f / 8)) / (1.0f - expf(-1.0f / 8)) / 2048.0f;
-        float w = 1.0f + 40.0f * expf(-(float)(m % 2048) / 8.0f);
-        p = fminf(0.95f, p * w / mean_w);
-    }
-    if (lane == 0) {
-        float z = p >= 1.0f ? -1e4f : (p <= 0.0f ? 1e4f : sqrtf(2.0f) * erfcinvf(2.0f * p));
-        X[(size_t)m * D] = __float2bfloat16_rn(-sqrtf(s / D) * z);
-    }
-}
-// sum (a-b)^2 and sum b^2, plus count of non-finite a.
-__global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *out) {
-    double s0 = 0, s1 = 0, bad = 0;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
-        if (!isfinite(x)) bad += 1;
-        s0 += (double)(x - y) * (x - y);
-        s1 += (double)y * y;
-    }
-    atomicAdd(&out[0], s0); atomicAdd(&out[1], s1); atomicAdd(&out[2], bad);
-}
 
 typedef struct {
     int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma, tune;
@@ -216,10 +170,6 @@ static std::vector<double> parse_list(const char *s) {
     return v;
 }
 
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 int main(int argc, char **argv) {
     Opts o;
@@ -307,6 +257,9 @@ int main(int argc, char **argv) {
     cudaCheck(cudaMalloc(&dsum, 3 * sizeof(double)));
     TwellFFNWorkspace ws;
     if (twell_ffn_workspace_create(&ws, maxM, D, F, 8, 1) != TWELL_OK) return 1;
+    // This bench times the tile path at every M (its s.gate / s.updown columns are its parts); the decode path that
+    // twell_ffn_forward takes at M <= TWELL_DECODE_MAX_M is timed by dev/bench/bench_decode.cu.
+    twell_ffn_set_decode_rows(&ws, 0);
     ws.updown_variant = o.variant;
     ws.gate_variant = o.gate_variant;
     const int chunks_sweep[5] = {4096, 8192, 16384, 32768, 65536};

@@ -273,7 +273,8 @@ static TwellFFNResult check_ffn(Problem *P, TwellFFNWorkspace *ws, TwellPath pat
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     printf("    %s M=%d D=%d F=%d C=%d gated=%d: path %s (%s), overflow rows %d (%d from sliced blocks), rel err %.2e\n",
            what, P->M, P->D, P->F, P->C, P->gated, res.path == TWELL_PATH_SPARSE ? "sparse" : "dense",
-           res.path == TWELL_PATH_SPARSE ? twell_updown_variant_name(res.updown) : "-", res.n_overflow,
+           res.path != TWELL_PATH_SPARSE ? "-" : res.decode ? "decode" : twell_updown_variant_name(res.updown),
+           res.n_overflow,
            res.path == TWELL_PATH_SPARSE ? res.sliced_rows : 0, rel);
     if (bad_rows) fail_msg("%s: %d rows with rel err > 3e-2", what, bad_rows);
     if (!(rel < 1e-2)) fail_msg("%s: rel err %.3e >= 1e-2", what, rel);
@@ -461,6 +462,7 @@ static void run_gate_wgmma(int variant) {
         TwellFFNWorkspace ws;
         assert_int_equal(twell_ffn_workspace_create(&ws, sh.M, sh.D, sh.F, sh.C, 1), TWELL_OK);
         ws.gate_variant = variant;
+        assert_int_equal(twell_ffn_set_decode_rows(&ws, 0), TWELL_OK);  // M = 1: the FFN through this gate, not decode
         check_gate(&P, &ws);
         check_gate(&P, &ws);  // again: persistent-kernel state must not leak between calls
         ws.gate_max_ctas = 4;  // many tiles per CTA
@@ -842,6 +844,23 @@ static void test_shape_errors(void **state) {
     assert_int_equal(twell_ffn_workspace_create(&ws, 64, 128, 512, 8, 1), TWELL_OK);
     bf16 *buf;
     cudaCheck(cudaMalloc(&buf, sizeof(bf16) * 512 * 128 * 4));
+    // The decode path's own checks (twell/decode.cuh), then off: the calls below test the tile path at M 8.
+    assert_int_equal(ws.decode_rows, 64);
+    assert_int_equal(twell_ffn_set_decode_rows(&ws, 65), TWELL_ERR_ARG);
+    assert_int_equal(twell_ffn_set_decode_rows(&ws, -1), TWELL_ERR_ARG);
+    assert_int_equal(twell_decode_forward(buf, buf, buf, buf, buf, 65, 128, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
+                                          NULL, 0), TWELL_ERR_SHAPE);
+    assert_int_equal(twell_decode_forward(buf, buf, buf, buf, buf, 0, 128, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
+                                          NULL, 0), TWELL_ERR_SHAPE);
+    assert_int_equal(twell_decode_forward(buf, buf, buf, buf, buf, 8, 96, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
+                                          NULL, 0), TWELL_ERR_SHAPE);
+    assert_int_equal(twell_decode_forward(buf, buf, buf, buf, buf, 8, 128, 300, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
+                                          NULL, 0), TWELL_ERR_SHAPE);
+    assert_int_equal(twell_decode_forward(buf + 1, buf, buf, buf, buf, 8, 128, 512, 1, ws.dec_g, ws.dec_cnt,
+                                          ws.dec_ent, NULL, 0), TWELL_ERR_ARG);
+    assert_int_equal(twell_decode_forward(buf, NULL, buf, buf, buf, 8, 128, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
+                                          NULL, 0), TWELL_ERR_ARG);
+    assert_int_equal(twell_ffn_set_decode_rows(&ws, 0), TWELL_OK);
     assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 65, TWELL_PATH_SPARSE, -1, NULL, 0),
                      TWELL_ERR_WORKSPACE);
     assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, NULL, buf, buf, buf, 8, TWELL_PATH_SPARSE, -1, NULL, 0),
@@ -912,6 +931,145 @@ static void test_shape_errors(void **state) {
     twell_ffn_workspace_free(&ws);
 }
 
+// The decode path (twell/decode.cuh: M <= TWELL_DECODE_MAX_M rows, taken by twell_ffn_forward's sparse path):
+// its gate bit for bit against the exact pre-activations (relu, then bf16), its tile counts and nnz counter exact,
+// the FFN within 1e-2 of float64 with Y poisoned (every element written), no overflow rows whatever the row (fully
+// active tiles, heavy rows), two runs bit-identical, the count read back by the next call; gated and non-gated,
+// M 1..64 (one, several and partial 16-row tiles of the gate), D 64..2048 (D 192 / 320: a partial 256-column slice
+// in the down), F 256..5632; mixed rows (zero, heavy, full tiles, selectors), uniform nnz 8 / 29 / 256, all full,
+// all zero.
+typedef struct { int M, D, F, gated, kind; double nnz; } DShape;
+static const DShape kDecodeShapes[] = {
+    {1, 2048, 5632, 1, ROW_UNIFORM, 29}, {1, 64, 256, 1, ROW_MIX, 0},       {2, 128, 1024, 0, ROW_MIX, 0},
+    {15, 256, 512, 1, ROW_MIX, 0},       {16, 2048, 5632, 1, ROW_MIX, 0},   {17, 192, 768, 1, ROW_UNIFORM, 8},
+    {33, 512, 2048, 0, ROW_UNIFORM, 29}, {64, 2048, 5632, 1, ROW_UNIFORM, 256}, {64, 128, 1024, 1, ROW_ALL_FULL, 0},
+    {40, 64, 512, 0, ROW_ALL_FULL, 0},   {9, 256, 512, 1, ROW_ALL_ZERO, 0}, {64, 320, 1280, 1, ROW_MIX, 0},
+};
+static void test_decode(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    for (size_t i = 0; i < sizeof kDecodeShapes / sizeof kDecodeShapes[0]; i++) {
+        const DShape sh = kDecodeShapes[i];
+        Problem P;
+        problem_make(&P, sh.M, sh.D, sh.F, 8, sh.gated, sh.kind, sh.nnz, g_seed + 9000 + 31 * i);
+        TwellFFNWorkspace ws;
+        assert_int_equal(twell_ffn_workspace_create(&ws, sh.M, sh.D, sh.F, 8, sh.gated), TWELL_OK);
+        assert_int_equal(ws.decode_rows, sh.M);  // min(TWELL_DECODE_MAX_M, max_M)
+        const int tiles = sh.F / TWELL_TILE;
+        cudaCheck(cudaMemset(ws.dec_g, 0xFF, sizeof(bf16) * (size_t)sh.M * sh.F));  // poison
+        cudaCheck(cudaMemset(ws.dec_cnt, 0xFF, sizeof(int) * (size_t)sh.M * tiles));
+        TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "decode");
+        assert_int_equal(r.path, TWELL_PATH_SPARSE);
+        assert_int_equal(r.decode, 1);
+        assert_int_equal(r.n_overflow, 0);
+        // The gate bit for bit, the tile counts, the device nnz count.
+        std::vector<float> g((size_t)sh.M * sh.F);
+        download_bf16(g.data(), ws.dec_g, g.size());
+        std::vector<int> cnt((size_t)sh.M * tiles);
+        cudaCheck(cudaMemcpy(cnt.data(), ws.dec_cnt, sizeof(int) * cnt.size(), cudaMemcpyDeviceToHost));
+        long long want_nnz = 0;
+        int full_tiles = 0;
+        for (int m = 0; m < sh.M; m++)
+            for (int t = 0; t < tiles; t++) {
+                int c = 0;
+                for (int j = 0; j < TWELL_TILE; j++) {
+                    const size_t k = (size_t)m * sh.F + t * TWELL_TILE + j;
+                    const float want = bf16r(P.pre[k] > 0 ? P.pre[k] : 0.0f);
+                    if (!(g[k] == want) || signbit(g[k]))
+                        fail_msg("decode gate M=%d D=%d F=%d: g[%d, %d] = %g, want %g", sh.M, sh.D, sh.F, m,
+                                 t * TWELL_TILE + j, g[k], want);
+                    c += want > 0;
+                }
+                if (cnt[(size_t)m * tiles + t] != c)
+                    fail_msg("decode count row %d tile %d: %d, want %d", m, t, cnt[(size_t)m * tiles + t], c);
+                want_nnz += c;
+                full_tiles += c > TWELL_TILE / 8 - 1;  // tiles the C = 8 TwELL could not hold
+            }
+        assert_true(*ws.dense_nnz_host == (unsigned long long)want_nnz);
+        printf("    decode M=%d D=%d F=%d gated=%d: gate bit-exact, %lld active (%.1f per row), %d tiles over the "
+               "TwELL C=8 capacity, none overflowing here\n", sh.M, sh.D, sh.F, sh.gated, want_nnz,
+               (double)want_nnz / sh.M, full_tiles);
+        // Determinism, and the next call reads the count back (no sync in the decode call itself).
+        std::vector<uint16_t> a((size_t)sh.M * sh.D), b((size_t)sh.M * sh.D);
+        cudaCheck(cudaMemcpy(a.data(), P.dY, a.size() * 2, cudaMemcpyDeviceToHost));
+        r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "decode again");
+        assert_int_equal(r.decode, 1);
+        cudaCheck(cudaMemcpy(b.data(), P.dY, b.size() * 2, cudaMemcpyDeviceToHost));
+        assert_memory_equal(a.data(), b.data(), a.size() * 2);
+        assert_true(fabs(ws.last_mean_nnz - (double)want_nnz / sh.M) < 1e-9);
+        // AUTO at these rows: the decode model decides (pairs of the call); the dense path stays correct.
+        r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "decode auto");
+        const double pairs = (double)want_nnz;
+        const double pred = ws.dec_model.s0 + ws.dec_model.s1 * pairs;
+        if (pred < 1.0 - ws.dec_model.margin) assert_int_equal(r.path, TWELL_PATH_SPARSE);
+        if (pred > 1.0 + ws.dec_model.margin) assert_int_equal(r.path, TWELL_PATH_DENSE);
+        check_ffn(&P, &ws, TWELL_PATH_DENSE, -1, "dense");
+        twell_ffn_workspace_free(&ws);
+        problem_free(&P);
+    }
+}
+
+// The decode and dense paths under stream capture (a CUDA graph): the graph's output equals the direct call's bit
+// for bit; the tile path, which syncs the host, is refused with an error under capture; the workspace keeps
+// working after.
+static void test_decode_graph(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    const int M = 4, D = 256, F = 1024;
+    Problem P;
+    problem_make(&P, M, D, F, 8, 1, ROW_MIX, 0, g_seed + 9500);
+    TwellFFNWorkspace ws;
+    assert_int_equal(twell_ffn_workspace_create(&ws, 64, D, F, 8, 1), TWELL_OK);
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const size_t n = (size_t)M * D;
+    for (int path = TWELL_PATH_DENSE; path <= TWELL_PATH_SPARSE; path++) {
+        const char *name = path == TWELL_PATH_SPARSE ? "decode" : "dense";
+        check_ffn(&P, &ws, (TwellPath)path, -1, name);  // direct call (also warms cuBLASLt's algorithm cache)
+        std::vector<uint16_t> want(n), got(n);
+        cudaCheck(cudaMemcpy(want.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        TwellFFNResult r;
+        const int e = twell_ffn_forward(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, M, (TwellPath)path, -1, &r, s);
+        cudaCheck(cudaStreamEndCapture(s, &graph));
+        assert_int_equal(e, TWELL_OK);
+        assert_int_equal(r.path, path);
+        cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+        for (int rep = 0; rep < 2; rep++) {
+            cudaCheck(cudaMemset(P.dY, 0xFF, n * 2));
+            cudaCheck(cudaGraphLaunch(exec, s));
+            cudaCheck(cudaStreamSynchronize(s));
+            cudaCheck(cudaMemcpy(got.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+            assert_memory_equal(want.data(), got.data(), n * 2);
+        }
+        printf("    %s path captured in a CUDA graph: 2 replays bit-identical to the direct call\n", name);
+        cudaCheck(cudaGraphExecDestroy(exec));
+        cudaCheck(cudaGraphDestroy(graph));
+    }
+    // The tile path syncs: refused under capture, nothing launched.
+    assert_int_equal(twell_ffn_set_decode_rows(&ws, 0), TWELL_OK);
+    {
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        const int e = twell_ffn_forward(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, M, TWELL_PATH_SPARSE, -1, NULL, s);
+        cudaCheck(cudaStreamEndCapture(s, &graph));
+        assert_int_equal(e, TWELL_ERR_ARG);
+        size_t nodes = 99;
+        cudaCheck(cudaGraphGetNodes(graph, NULL, &nodes));
+        assert_int_equal(nodes, 0);
+        cudaCheck(cudaGraphDestroy(graph));
+    }
+    TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "tile path after the graphs");
+    assert_int_equal(r.decode, 0);
+    assert_int_equal(twell_ffn_set_decode_rows(&ws, 64), TWELL_OK);
+    check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto after the graphs");
+    cudaCheck(cudaStreamDestroy(s));
+    twell_ffn_workspace_free(&ws);
+    problem_free(&P);
+}
+
 // --selfcheck: CPU-only check of the problem generator (runs without a GPU): overflow rows and nnz.
 static int selfcheck(void) {
     for (size_t i = 0; i < sizeof kShapes / sizeof kShapes[0]; i++) {
@@ -968,6 +1126,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sliced_block_overflow), cmocka_unit_test(test_split_blocked_up),
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_dispatch_model),      cmocka_unit_test(test_calibrate),
+        cmocka_unit_test(test_decode),              cmocka_unit_test(test_decode_graph),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     for (size_t i = 0; i < N_WSHAPES + 3; i++)

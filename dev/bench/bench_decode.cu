@@ -1,0 +1,228 @@
+// dev/bench/bench_decode.cu: the FFN at decoding sizes (M = 1..64 rows per call): the dense FFN, the TwELL tile path,
+// the decode path (twell/decode.cuh) and the dispatched path, over a stack of L layers with their own weights, so
+// that every layer's weights come from HBM as in a real decoding step (L x 69 MB at the paper's shape, far over the
+// 60 MB L2). Same process, same inputs, interleaved rounds.
+//
+//   build/bench_decode [--M 1,2,4,8,16,32,64] [--nnz 8,29,64,256,50%] [--layers 8] [--reps 20] [--D 2048] [--F 5632]
+//
+// Columns (us per layer; medians over --reps rounds, each round runs every column once in a fresh random order,
+// each column one pass over the L layers timed with events):
+//   dense    twell_ffn_forward(DENSE) per layer: cuBLASLt gate and up GEMMs, relu*mul, down GEMM
+//   dense.g  the same pass captured once as a CUDA graph and replayed (no launch overhead)
+//   tile     SPARSE with the decode path off: cuBLASLt mask gate -> TwELL, the split up/down, a host sync per layer
+//   decode   SPARSE at M <= decode_rows (the default): gate GEMV, up, down, no sync
+//   decode.g the decode pass captured as a CUDA graph
+//   auto     AUTO (the decode model, TWELL_DECODE_S0/S1), its own workspace
+// Then dense/decode, dense.g/decode.g, tile/decode, auto/min(dense, decode) and the path auto took. Before timing,
+// the decode output of layer 0 is checked against the dense one (relative error < 1e-2, else exit 1). At the end: a
+// least-squares fit of decode / dense against the active pairs of a call (M x mean nnz): paste it into
+// TWELL_DECODE_S0 / S1 (twell/ffn.cuh).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "cuda_common.cuh"
+#include "matmul.cuh"
+#include "twell/ffn.cuh"
+#include "dev/bench/bench_gen.cuh"
+
+static std::vector<double> parse_list(const char *s) {
+    std::vector<double> v;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (strchr(t, '%')) v.push_back(-atof(t) / 100.0);  // "50%" -> -0.5
+        else v.push_back(atof(t));
+    }
+    return v;
+}
+
+int main(int argc, char **argv) {
+    std::vector<double> Ms = {1, 2, 4, 8, 16, 32, 64}, nnzs = {8, 29, 64, 256, -0.5};
+    int L = 8, reps = 20, D = 2048, F = 5632;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: %s [--M 1,2,4,8,16,32,64] [--nnz 8,29,64,256,50%%] [--layers 8] [--reps 20] [--D 2048] "
+                   "[--F 5632]\n", argv[0]);
+            return 0;
+        }
+        if (!v) { fprintf(stderr, "error: %s needs a value (see --help)\n", a); return 2; }
+        if (!strcmp(a, "--M")) Ms = parse_list(v);
+        else if (!strcmp(a, "--nnz")) nnzs = parse_list(v);
+        else if (!strcmp(a, "--layers")) L = atoi(v);
+        else if (!strcmp(a, "--reps")) reps = atoi(v);
+        else if (!strcmp(a, "--D")) D = atoi(v);
+        else if (!strcmp(a, "--F")) F = atoi(v);
+        else { fprintf(stderr, "error: unknown option %s (see --help)\n", a); return 2; }
+        i++;
+    }
+    int maxM = 0;
+    for (double m : Ms) {
+        if (m < 1 || m > TWELL_DECODE_MAX_M) {
+            fprintf(stderr, "error: --M values must be in [1, %d] (the decode path's rows)\n", TWELL_DECODE_MAX_M);
+            return 2;
+        }
+        maxM = std::max(maxM, (int)m);
+    }
+    if (L < 1 || reps < 1 || twell_check_shapes(maxM, D, F, 8)) {
+        fprintf(stderr, "error: --layers and --reps must be >= 1, D %% 64 == 0, F %% 256 == 0\n");
+        return 2;
+    }
+    if (!cuda_device_available()) { fprintf(stderr, "error: bench_decode needs a GPU\n"); return 1; }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("bench_decode: %s, %d SMs, L2 %d MB; D=%d F=%d, %d layers (%.0f MB of weights), reps=%d\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, D, F, L, 3.0 * L * F * D * 2 / 1e6, reps);
+    MatmulContext mm;
+    matmul_context_init(&mm);
+    std::vector<bf16 *> Wg(L), Wu(L), WdT(L);
+    for (int l = 0; l < L; l++) {
+        cudaCheck(cudaMalloc(&Wg[l], sizeof(bf16) * (size_t)F * D));
+        cudaCheck(cudaMalloc(&Wu[l], sizeof(bf16) * (size_t)F * D));
+        cudaCheck(cudaMalloc(&WdT[l], sizeof(bf16) * (size_t)F * D));
+        bench_fill_normal<<<1024, 256>>>(Wg[l], (long long)F * D, 1.0f / sqrtf((float)D), 100 + 3 * l);
+        bench_set_col0<<<CEIL_DIV(F, 256), 256>>>(Wg[l], F, D, 1.0f);
+        bench_fill_normal<<<1024, 256>>>(Wu[l], (long long)F * D, 0.02f, 101 + 3 * l);
+        bench_fill_normal<<<1024, 256>>>(WdT[l], (long long)F * D, 0.02f, 102 + 3 * l);
+        cudaCheckLaunch();
+    }
+    bf16 *X, *Y, *Yd;
+    double *dsum;
+    cudaCheck(cudaMalloc(&X, sizeof(bf16) * (size_t)maxM * D));
+    cudaCheck(cudaMalloc(&Y, sizeof(bf16) * (size_t)maxM * D));
+    cudaCheck(cudaMalloc(&Yd, sizeof(bf16) * (size_t)maxM * D));
+    cudaCheck(cudaMalloc(&dsum, 3 * sizeof(double)));
+    TwellFFNWorkspace ws, wa;  // forced columns (decode toggled), auto (its own dispatch history)
+    if (twell_ffn_workspace_create(&ws, maxM, D, F, 8, 1) != TWELL_OK) return 1;
+    if (twell_ffn_workspace_create(&wa, maxM, D, F, 8, 1) != TWELL_OK) return 1;
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    printf("\nM   nnz    meannz |    dense  dense.g     tile   decode decode.g     auto | dn/dec dn.g/dec.g tile/dec "
+           "auto/min auto\n");
+    std::vector<double> fit_x, fit_y;
+    uint64_t seed = 7;
+    for (double mv : Ms) {
+        const int M = (int)mv;
+        for (double nnz : nnzs) {
+            const double target = nnz < 0 ? -nnz * F : nnz;
+            bench_fill_normal<<<256, 256>>>(X, (long long)M * D, 1.0f, seed++);
+            bench_set_bias<<<CEIL_DIV(M, 8), 256>>>(X, M, D, F, (float)target, 0);
+            cudaCheckLaunch();
+            TwellPath auto_path = TWELL_PATH_AUTO;
+            // One pass of a column over the L layers.
+            auto pass = [&](int col) {
+                for (int l = 0; l < L; l++) {
+                    TwellFFNResult r;
+                    int e;
+                    if (col == 0) e = twell_ffn_forward(&mm, &ws, X, Wg[l], Wu[l], WdT[l], Y, M, TWELL_PATH_DENSE, -1, &r, s);
+                    else if (col == 1) {
+                        twell_ffn_set_decode_rows(&ws, 0);
+                        e = twell_ffn_forward(&mm, &ws, X, Wg[l], Wu[l], WdT[l], Y, M, TWELL_PATH_SPARSE, -1, &r, s);
+                        twell_ffn_set_decode_rows(&ws, ws.dec_alloc_rows);
+                    } else if (col == 2) {
+                        e = twell_ffn_forward(&mm, &ws, X, Wg[l], Wu[l], WdT[l], Y, M, TWELL_PATH_SPARSE, -1, &r, s);
+                    } else {
+                        e = twell_ffn_forward(&mm, &wa, X, Wg[l], Wu[l], WdT[l], Y, M, TWELL_PATH_AUTO, -1, &r, s);
+                        auto_path = (TwellPath)r.path;
+                    }
+                    if (e) { fprintf(stderr, "error: bench_decode: twell_ffn_forward failed (%d)\n", e); exit(1); }
+                }
+            };
+            // Check: decode vs dense on layer 0.
+            twell_ffn_forward(&mm, &ws, X, Wg[0], Wu[0], WdT[0], Yd, M, TWELL_PATH_DENSE, -1, NULL, s);
+            twell_ffn_forward(&mm, &ws, X, Wg[0], Wu[0], WdT[0], Y, M, TWELL_PATH_SPARSE, -1, NULL, s);
+            cudaCheck(cudaMemsetAsync(dsum, 0, 3 * sizeof(double), s));
+            bench_diff<<<64, 256, 0, s>>>(Y, Yd, (long long)M * D, dsum);
+            double h[3];
+            cudaCheck(cudaMemcpyAsync(h, dsum, sizeof h, cudaMemcpyDeviceToHost, s));
+            cudaCheck(cudaStreamSynchronize(s));
+            const double mean_nnz = (double)*ws.dense_nnz_host / M;  // the decode call's count (synced above)
+            const double rel = h[1] > 0 ? sqrt(h[0] / h[1]) : sqrt(h[0]);
+            if (!(rel < 1e-2) || h[2] > 0) {
+                fprintf(stderr, "error: bench_decode: M=%d nnz %.0f: decode vs dense rel err %.3e (%g non-finite)\n", M,
+                        target, rel, h[2]);
+                return 1;
+            }
+            // Graphs of the dense and decode passes.
+            cudaGraphExec_t gexec[2];
+            for (int g = 0; g < 2; g++) {
+                cudaGraph_t graph;
+                cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                pass(g == 0 ? 0 : 2);
+                cudaCheck(cudaStreamEndCapture(s, &graph));
+                cudaCheck(cudaGraphInstantiate(&gexec[g], graph, 0));
+                cudaCheck(cudaGraphDestroy(graph));
+            }
+            // Columns: 0 dense, 1 dense.g, 2 tile, 3 decode, 4 decode.g, 5 auto.
+            const int NC = 6;
+            auto run_col = [&](int c) {
+                if (c == 1) cudaCheck(cudaGraphLaunch(gexec[0], s));
+                else if (c == 4) cudaCheck(cudaGraphLaunch(gexec[1], s));
+                else pass(c == 0 ? 0 : c == 2 ? 1 : c == 3 ? 2 : 3);
+            };
+            for (int c = 0; c < NC; c++) run_col(c);  // warm-up (auto: dispatch history)
+            cudaCheck(cudaStreamSynchronize(s));
+            std::vector<std::vector<float>> t(NC);
+            std::vector<int> order(NC);
+            for (int c = 0; c < NC; c++) order[c] = c;
+            uint64_t rs = 12345;
+            for (int r = 0; r < reps; r++) {
+                for (int i = NC - 1; i > 0; i--) {  // Fisher-Yates, fixed seed
+                    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                    std::swap(order[i], order[(int)((rs >> 33) % (uint64_t)(i + 1))]);
+                }
+                for (int k = 0; k < NC; k++) {
+                    const int c = order[k];
+                    cudaCheck(cudaEventRecord(e0, s));
+                    run_col(c);
+                    cudaCheck(cudaEventRecord(e1, s));
+                    cudaCheck(cudaEventSynchronize(e1));
+                    float ms;
+                    cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+                    t[c].push_back(ms * 1000.0f / L);
+                }
+            }
+            for (int g = 0; g < 2; g++) cudaCheck(cudaGraphExecDestroy(gexec[g]));
+            float med[NC];
+            for (int c = 0; c < NC; c++) med[c] = median(t[c]);
+            const float best = std::min(med[0], med[3]);
+            printf("%-3d %-6.4g %6.1f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %6.2f %10.2f %8.2f %8.3f %s\n", M, target,
+                   mean_nnz, med[0], med[1], med[2], med[3], med[4], med[5], med[0] / med[3], med[1] / med[4],
+                   med[2] / med[3], med[5] / best, auto_path == TWELL_PATH_SPARSE ? "decode" : "dense");
+            fflush(stdout);
+            fit_x.push_back(M * mean_nnz);
+            fit_y.push_back(med[3] / med[0]);
+        }
+    }
+    // decode / dense = s0 + s1 * pairs, least squares over every row.
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    const double n = (double)fit_x.size();
+    for (size_t i = 0; i < fit_x.size(); i++) {
+        sx += fit_x[i]; sy += fit_y[i]; sxx += fit_x[i] * fit_x[i]; sxy += fit_x[i] * fit_y[i];
+    }
+    const double den = n * sxx - sx * sx;
+    if (n >= 2 && den > 0) {
+        const double s1 = (n * sxy - sx * sy) / den, s0 = (sy - s1 * sx) / n;
+        printf("\nfitted decode model (decode / dense = s0 + s1 * M * nnz, %d rows): TWELL_DECODE_S0 %.4f "
+               "TWELL_DECODE_S1 %.3g -> crossover at %.0f active pairs per call (defaults %.4f %.3g)\n",
+               (int)n, s0, s1, s1 > 0 ? (1 - s0) / s1 : 1e30, (double)TWELL_DECODE_S0, (double)TWELL_DECODE_S1);
+    }
+    twell_ffn_workspace_free(&ws);
+    twell_ffn_workspace_free(&wa);
+    for (int l = 0; l < L; l++) {
+        cudaCheck(cudaFree(Wg[l])); cudaCheck(cudaFree(Wu[l])); cudaCheck(cudaFree(WdT[l]));
+    }
+    cudaCheck(cudaFree(X)); cudaCheck(cudaFree(Y)); cudaCheck(cudaFree(Yd)); cudaCheck(cudaFree(dsum));
+    cudaCheck(cudaStreamDestroy(s));
+    matmul_context_free(&mm);
+    return 0;
+}

@@ -72,15 +72,21 @@
 #define TWELL_DISPATCH_S1 0.008397
 #define TWELL_DISPATCH_FOVF 1.2
 #define TWELL_DISPATCH_MARGIN 0.03
-// The decode path's model (M <= decode_rows): predicted decode / dense = s0 + s1 * (M * mean nnz), i.e. per active
-// (row, unit) pair of the call: at a few rows the dense FFN's time hardly depends on M (it reads the weights
-// once), the decode path pays a fixed cost plus 8 KB of weight rows per pair.
-#define TWELL_DECODE_S0 0.25
-#define TWELL_DECODE_S1 5e-5
+// The decode path's model (M <= decode_rows): predicted decode / dense = s0 + s1 * M * nnz + sm * M + sn * nnz
+// (twell_decode_predict; nnz = mean active units per row): at a few rows the dense FFN's time hardly depends on M (it
+// reads the weights once); the decode path pays a fixed cost (the gate reads Wg), a cost per row, and per active
+// (row, unit) pair 8 KB of weight rows, gathered with less parallelism when few rows carry many units (sn).
+// Defaults: the fit of `bench_decode --nnz 8,16,29,64,128,256,50%` (H200, D 2048, F 5632, 8 layers from HBM, eager
+// calls; run 63 of dev/RESULTS.md): worst residual 0.145 on the 43 rows under ratio 2, every row over 2 sent dense.
+#define TWELL_DECODE_S0 0.6504
+#define TWELL_DECODE_S1 3.48e-05
+#define TWELL_DECODE_SM 0.004168
+#define TWELL_DECODE_SN 0.0003335
 
 typedef struct {
     double s0, s1, fovf, margin;
     int calibrated;  // 1 after twell_ffn_calibrate
+    double sm, sn;   // the decode model only: per row of the call, per active unit of a row (TWELL_DECODE_*)
 } TwellDispatchModel;
 
 typedef enum { TWELL_PATH_AUTO = 0, TWELL_PATH_DENSE = 1, TWELL_PATH_SPARSE = 2 } TwellPath;
@@ -249,6 +255,8 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->dec_model.s0 = TWELL_DECODE_S0;
     ws->dec_model.s1 = TWELL_DECODE_S1;
     ws->dec_model.fovf = 0.0;
+    ws->dec_model.sm = TWELL_DECODE_SM;
+    ws->dec_model.sn = TWELL_DECODE_SN;
     ws->dec_model.margin = TWELL_DISPATCH_MARGIN;
     ws->last_mean_nnz = -1.0;
     ws->last_ovf_frac = 0.0;
@@ -645,13 +653,20 @@ static inline double twell_dispatch_predict(const TwellDispatchModel *m, double 
 static inline double twell_dispatch_crossover(const TwellDispatchModel *m) {
     return m->s1 > 0 ? (1.0 - m->s0) / m->s1 : 1e30;
 }
-// AUTO decision from an nnz estimate, with hysteresis around the crossover (prev: the last path or 0).
-static inline TwellPath twell_dispatch_decide(const TwellDispatchModel *m, double mean_nnz, double ovf_frac, int prev) {
-    const double r = twell_dispatch_predict(m, mean_nnz, ovf_frac);
+// Predicted decode / dense time of a call of M rows with nnz active units per row (the decode model).
+static inline double twell_decode_predict(const TwellDispatchModel *m, int M, double nnz) {
+    return m->s0 + m->s1 * M * nnz + m->sm * M + m->sn * nnz;
+}
+// AUTO decision from a predicted sparse / dense ratio r, with hysteresis (prev: the last path or 0).
+static inline TwellPath twell_dispatch_decide_ratio(const TwellDispatchModel *m, double r, int prev) {
     if (r < 1.0 - m->margin) return TWELL_PATH_SPARSE;
     if (r > 1.0 + m->margin) return TWELL_PATH_DENSE;
     if (prev == TWELL_PATH_SPARSE || prev == TWELL_PATH_DENSE) return (TwellPath)prev;
     return r < 1.0 ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE;
+}
+// AUTO decision of the tile path from an nnz estimate, with hysteresis around the crossover.
+static inline TwellPath twell_dispatch_decide(const TwellDispatchModel *m, double mean_nnz, double ovf_frac, int prev) {
+    return twell_dispatch_decide_ratio(m, twell_dispatch_predict(m, mean_nnz, ovf_frac), prev);
 }
 
 static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *Wg,
@@ -696,17 +711,16 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     }
     const int decode = M <= ws->decode_rows;
     if (path == TWELL_PATH_AUTO) {
-        // Decode path: its model's variable is the active pairs of the call (M x nnz), and it has no overflow rows.
-        const TwellDispatchModel *mdl = decode ? &ws->dec_model : &ws->model;
-        const double per_call = decode ? (double)M : 1.0;
-        if (nnz_hint >= 0)  // the caller's estimate decides alone (no overflow assumed)
-            path = twell_dispatch_decide(mdl, nnz_hint * per_call, 0.0, ws->last_path);
-        else if (ws->last_mean_nnz < 0)  // unknown: run sparse, which measures
+        if (nnz_hint < 0 && ws->last_mean_nnz < 0)  // unknown: run sparse, which measures
             path = TWELL_PATH_SPARSE;
-        else if (decode)
-            path = twell_dispatch_decide(mdl, ws->last_mean_nnz * per_call, 0.0, ws->last_path);
+        else if (decode)  // its own model (M and nnz; no overflow rows)
+            path = twell_dispatch_decide_ratio(
+                &ws->dec_model, twell_decode_predict(&ws->dec_model, M, nnz_hint >= 0 ? nnz_hint : ws->last_mean_nnz),
+                ws->last_path);
+        else if (nnz_hint >= 0)  // the caller's estimate decides alone (no overflow assumed)
+            path = twell_dispatch_decide(&ws->model, nnz_hint, 0.0, ws->last_path);
         else
-            path = twell_dispatch_decide(mdl, ws->last_mean_nnz * ws->last_sparse_share, ws->last_ovf_frac,
+            path = twell_dispatch_decide(&ws->model, ws->last_mean_nnz * ws->last_sparse_share, ws->last_ovf_frac,
                                          ws->last_path);
     }
     const bf16 *W1 = ws->gated ? Wg : Wu;

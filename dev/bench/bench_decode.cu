@@ -12,11 +12,12 @@
 //   tile     SPARSE with the decode path off: cuBLASLt mask gate -> TwELL, the split up/down, a host sync per layer
 //   decode   SPARSE at M <= decode_rows (the default): gate GEMV, up, down, no sync
 //   decode.g the decode pass captured as a CUDA graph
-//   auto     AUTO (the decode model, TWELL_DECODE_S0/S1), its own workspace
+//   auto     AUTO (the decode model, TWELL_DECODE_*), its own workspace
+//   gate / up / down   the decode path's three kernels alone (one pass over the layers each)
 // Then dense/decode, dense.g/decode.g, tile/decode, auto/min(dense, decode) and the path auto took. Before timing,
 // the decode output of layer 0 is checked against the dense one (relative error < 1e-2, else exit 1). At the end: a
-// least-squares fit of decode / dense against the active pairs of a call (M x mean nnz): paste it into
-// TWELL_DECODE_S0 / S1 (twell/ffn.cuh).
+// least-squares fit of decode / dense = s0 + s1 M nnz + sm M + sn nnz over the rows (nnz: mean active units per
+// row): paste it into TWELL_DECODE_S0 / S1 / SM / SN (twell/ffn.cuh).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,9 +107,9 @@ int main(int argc, char **argv) {
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
-    printf("\nM   nnz    meannz |    dense  dense.g     tile   decode decode.g     auto | dn/dec dn.g/dec.g tile/dec "
-           "auto/min auto\n");
-    std::vector<double> fit_x, fit_y;
+    printf("\nM   nnz    meannz |    dense  dense.g     tile   decode decode.g     auto |   gate     up   down | dn/dec "
+           "dn.g/dec.g tile/dec auto/min auto\n");
+    std::vector<double> fit_M, fit_n, fit_y;
     uint64_t seed = 7;
     for (double mv : Ms) {
         const int M = (int)mv;
@@ -162,11 +163,17 @@ int main(int argc, char **argv) {
                 cudaCheck(cudaGraphInstantiate(&gexec[g], graph, 0));
                 cudaCheck(cudaGraphDestroy(graph));
             }
-            // Columns: 0 dense, 1 dense.g, 2 tile, 3 decode, 4 decode.g, 5 auto.
-            const int NC = 6;
+            // Columns: 0 dense, 1 dense.g, 2 tile, 3 decode, 4 decode.g, 5 auto, 6-8 the decode kernels alone.
+            const int NC = 9;
             auto run_col = [&](int c) {
                 if (c == 1) cudaCheck(cudaGraphLaunch(gexec[0], s));
                 else if (c == 4) cudaCheck(cudaGraphLaunch(gexec[1], s));
+                else if (c == 6)
+                    for (int l = 0; l < L; l++) twell_decode_gate(X, Wg[l], ws.dec_g, M, D, F, s);
+                else if (c == 7)
+                    for (int l = 0; l < L; l++) twell_decode_up(X, Wu[l], ws.dec_g, ws.dec_cnt, ws.dec_ent, M, D, F, NULL, s);
+                else if (c == 8)
+                    for (int l = 0; l < L; l++) twell_decode_down(WdT[l], ws.dec_cnt, ws.dec_ent, Y, M, D, F, s);
                 else pass(c == 0 ? 0 : c == 2 ? 1 : c == 3 ? 2 : 3);
             };
             for (int c = 0; c < NC; c++) run_col(c);  // warm-up (auto: dispatch history)
@@ -195,26 +202,53 @@ int main(int argc, char **argv) {
             float med[NC];
             for (int c = 0; c < NC; c++) med[c] = median(t[c]);
             const float best = std::min(med[0], med[3]);
-            printf("%-3d %-6.4g %6.1f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %6.2f %10.2f %8.2f %8.3f %s\n", M, target,
-                   mean_nnz, med[0], med[1], med[2], med[3], med[4], med[5], med[0] / med[3], med[1] / med[4],
-                   med[2] / med[3], med[5] / best, auto_path == TWELL_PATH_SPARSE ? "decode" : "dense");
+            printf("%-3d %-6.4g %6.1f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %6.2f %6.2f %6.2f | %6.2f %10.2f %8.2f "
+                   "%8.3f %s\n", M, target, mean_nnz, med[0], med[1], med[2], med[3], med[4], med[5], med[6], med[7],
+                   med[8], med[0] / med[3], med[1] / med[4], med[2] / med[3], med[5] / best,
+                   auto_path == TWELL_PATH_SPARSE ? "decode" : "dense");
             fflush(stdout);
-            fit_x.push_back(M * mean_nnz);
+            fit_M.push_back(M);
+            fit_n.push_back(mean_nnz);
             fit_y.push_back(med[3] / med[0]);
         }
     }
-    // decode / dense = s0 + s1 * pairs, least squares over every row.
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    const double n = (double)fit_x.size();
-    for (size_t i = 0; i < fit_x.size(); i++) {
-        sx += fit_x[i]; sy += fit_y[i]; sxx += fit_x[i] * fit_x[i]; sxy += fit_x[i] * fit_y[i];
-    }
-    const double den = n * sxx - sx * sx;
-    if (n >= 2 && den > 0) {
-        const double s1 = (n * sxy - sx * sy) / den, s0 = (sy - s1 * sx) / n;
-        printf("\nfitted decode model (decode / dense = s0 + s1 * M * nnz, %d rows): TWELL_DECODE_S0 %.4f "
-               "TWELL_DECODE_S1 %.3g -> crossover at %.0f active pairs per call (defaults %.4f %.3g)\n",
-               (int)n, s0, s1, s1 > 0 ? (1 - s0) / s1 : 1e30, (double)TWELL_DECODE_S0, (double)TWELL_DECODE_S1);
+    // decode / dense = s0 + s1 M nnz + sm M + sn nnz: least squares (normal equations, Gauss-Jordan) over the rows
+    // with a ratio under 2 (the dispatch only needs the model right near 1; far-dense rows are checked after).
+    if (fit_y.size() >= 4) {
+        double A[4][5] = {{0}};
+        for (size_t i = 0; i < fit_y.size(); i++) {
+            if (!(fit_y[i] < 2.0)) continue;
+            const double f[4] = {1.0, fit_M[i] * fit_n[i], fit_M[i], fit_n[i]};
+            for (int r = 0; r < 4; r++) {
+                for (int c = 0; c < 4; c++) A[r][c] += f[r] * f[c];
+                A[r][4] += f[r] * fit_y[i];
+            }
+        }
+        int ok = 1;
+        for (int c = 0; c < 4 && ok; c++) {
+            int p = c;
+            for (int r = c + 1; r < 4; r++) if (fabs(A[r][c]) > fabs(A[p][c])) p = r;
+            if (fabs(A[p][c]) < 1e-30) { ok = 0; break; }
+            for (int k = 0; k < 5; k++) std::swap(A[c][k], A[p][k]);
+            for (int r = 0; r < 4; r++) {
+                if (r == c) continue;
+                const double f = A[r][c] / A[c][c];
+                for (int k = 0; k < 5; k++) A[r][k] -= f * A[c][k];
+            }
+        }
+        if (ok) {
+            double x[4], worst = 0;
+            int used = 0, wrong_far = 0;
+            for (int r = 0; r < 4; r++) x[r] = A[r][4] / A[r][r];
+            for (size_t i = 0; i < fit_y.size(); i++) {
+                const double pred = x[0] + x[1] * fit_M[i] * fit_n[i] + x[2] * fit_M[i] + x[3] * fit_n[i];
+                if (fit_y[i] < 2.0) { worst = std::max(worst, fabs(pred - fit_y[i])); used++; }
+                else wrong_far += !(pred > 1.0 + TWELL_DISPATCH_MARGIN);
+            }
+            printf("\nfitted decode model (decode / dense = s0 + s1 M nnz + sm M + sn nnz, %d rows with a ratio < 2, worst "
+                   "residual %.3f; rows >= 2 it would not send dense: %d): TWELL_DECODE_S0 %.4g TWELL_DECODE_S1 %.4g "
+                   "TWELL_DECODE_SM %.4g TWELL_DECODE_SN %.4g\n", used, worst, wrong_far, x[0], x[1], x[2], x[3]);
+        }
     }
     twell_ffn_workspace_free(&ws);
     twell_ffn_workspace_free(&wa);

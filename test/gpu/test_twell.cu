@@ -606,6 +606,14 @@ static void test_dispatch_model(void **state) {
     TwellDispatchModel d = {TWELL_DISPATCH_S0, TWELL_DISPATCH_S1, TWELL_DISPATCH_FOVF, TWELL_DISPATCH_MARGIN, 0};
     assert_int_equal(twell_dispatch_decide(&d, 29, 0, 0), TWELL_PATH_SPARSE);
     assert_int_equal(twell_dispatch_decide(&d, 256, 0, 0), TWELL_PATH_DENSE);
+    // The decode model's defaults (M <= 64 rows): decode at 1-16 rows and nnz 29 (measured 1.4-1.7x faster than
+    // dense), dense at 50% and at 64 rows x 256 (measured 2.6x / 1.6x slower).
+    TwellDispatchModel dm = {TWELL_DECODE_S0, TWELL_DECODE_S1, 0.0, TWELL_DISPATCH_MARGIN, 0, TWELL_DECODE_SM,
+                             TWELL_DECODE_SN};
+    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 1, 29), 0), TWELL_PATH_SPARSE);
+    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 16, 29), 0), TWELL_PATH_SPARSE);
+    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 1, 2816), 0), TWELL_PATH_DENSE);
+    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 64, 256), 0), TWELL_PATH_DENSE);
 }
 
 // Calibration on real data fits a sane model, resets the history, and the FFN stays correct after.
@@ -999,8 +1007,7 @@ static void test_decode(void **state) {
         assert_true(fabs(ws.last_mean_nnz - (double)want_nnz / sh.M) < 1e-9);
         // AUTO at these rows: the decode model decides (pairs of the call); the dense path stays correct.
         r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "decode auto");
-        const double pairs = (double)want_nnz;
-        const double pred = ws.dec_model.s0 + ws.dec_model.s1 * pairs;
+        const double pred = twell_decode_predict(&ws.dec_model, sh.M, (double)want_nnz / sh.M);
         if (pred < 1.0 - ws.dec_model.margin) assert_int_equal(r.path, TWELL_PATH_SPARSE);
         if (pred > 1.0 + ws.dec_model.margin) assert_int_equal(r.path, TWELL_PATH_DENSE);
         check_ffn(&P, &ws, TWELL_PATH_DENSE, -1, "dense");

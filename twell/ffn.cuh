@@ -77,7 +77,7 @@
 // reads the weights once); the decode path pays a fixed cost (the gate reads Wg), a cost per row, and per active
 // (row, unit) pair 8 KB of weight rows, gathered with less parallelism when few rows carry many units (sn).
 // Defaults: the fit of `bench_decode --nnz 8,16,29,64,128,256,50%` (H200, D 2048, F 5632, 8 layers from HBM, eager
-// calls; run 63 of dev/RESULTS.md): worst residual 0.145 on the 43 rows under ratio 2, every row over 2 sent dense.
+// calls; run 64 of dev/RESULTS.md): worst residual 0.145 on the 43 rows under ratio 2, every row over 2 sent dense.
 #define TWELL_DECODE_S0 0.6504
 #define TWELL_DECODE_S1 3.48e-05
 #define TWELL_DECODE_SM 0.004168

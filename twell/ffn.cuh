@@ -730,35 +730,22 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
                 ws->decode_rows);
         return TWELL_ERR_ARG;
     }
+    // The paths without a host sync (decode, dense) count the active gates into ws->dense_nnz; the count is read
+    // back at the next call (not under capture: there the counter is not passed at all).
+    unsigned long long *async_nnz = capturing ? NULL : ws->dense_nnz;
+    if (async_nnz && (path == TWELL_PATH_DENSE || decode))
+        cudaCheck(cudaMemsetAsync(async_nnz, 0, sizeof(unsigned long long), stream));
     if (path == TWELL_PATH_SPARSE && decode) {
-        // No sync: the count is read back at the next call, like the dense path's (not under capture).
-        if (!capturing) cudaCheck(cudaMemsetAsync(ws->dense_nnz, 0, sizeof(unsigned long long), stream));
         int e = twell_decode_forward(X, Wg, Wu, WdT, Y, M, ws->D, ws->F, ws->gated, ws->dec_g, ws->dec_cnt,
-                                     ws->dec_ent, capturing ? NULL : ws->dense_nnz, stream);
+                                     ws->dec_ent, async_nnz, stream);
         if (e) return e;
-        if (!capturing) {
-            cudaCheck(cudaMemcpyAsync(ws->dense_nnz_host, ws->dense_nnz, sizeof(unsigned long long),
-                                      cudaMemcpyDeviceToHost, stream));
-            cudaCheck(cudaEventRecord(ws->dense_nnz_ready, stream));
-            ws->dense_nnz_pending = 1;
-            ws->dense_nnz_pending_M = M;
-        }
         r.path = TWELL_PATH_SPARSE;
         r.decode = 1;
         r.n_overflow = 0;
         r.updown = -1;
         r.split_up = -1;
     } else if (path == TWELL_PATH_DENSE) {
-        if (!capturing) cudaCheck(cudaMemsetAsync(ws->dense_nnz, 0, sizeof(unsigned long long), stream));
-        twell_dense_ffn(mm, &ws->dense, ws->gated, X, Wg, Wu, WdT, Y, NULL, M, ws->D, ws->F,
-                        capturing ? NULL : ws->dense_nnz, stream);
-        if (!capturing) {
-            cudaCheck(cudaMemcpyAsync(ws->dense_nnz_host, ws->dense_nnz, sizeof(unsigned long long),
-                                      cudaMemcpyDeviceToHost, stream));
-            cudaCheck(cudaEventRecord(ws->dense_nnz_ready, stream));
-            ws->dense_nnz_pending = 1;
-            ws->dense_nnz_pending_M = M;
-        }
+        twell_dense_ffn(mm, &ws->dense, ws->gated, X, Wg, Wu, WdT, Y, NULL, M, ws->D, ws->F, async_nnz, stream);
         r.path = TWELL_PATH_DENSE;
     } else {
         int e = twell_gate_forward(mm, ws, X, W1, M, stream);
@@ -798,6 +785,13 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         r.mean_nnz = (double)ws->counters_host->nnz / (double)M;
         ws->last_mean_nnz = r.mean_nnz;
         ws->last_ovf_frac = (double)n_ovf / (double)M;
+    }
+    if (async_nnz && (r.path == TWELL_PATH_DENSE || r.decode)) {
+        cudaCheck(cudaMemcpyAsync(ws->dense_nnz_host, async_nnz, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                  stream));
+        cudaCheck(cudaEventRecord(ws->dense_nnz_ready, stream));
+        ws->dense_nnz_pending = 1;
+        ws->dense_nnz_pending_M = M;
     }
     ws->last_path = r.path;
     if (res) *res = r;

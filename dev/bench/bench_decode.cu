@@ -32,17 +32,6 @@
 #include "twell/ffn.cuh"
 #include "dev/bench/bench_gen.cuh"
 
-static std::vector<double> parse_list(const char *s) {
-    std::vector<double> v;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        if (strchr(t, '%')) v.push_back(-atof(t) / 100.0);  // "50%" -> -0.5
-        else v.push_back(atof(t));
-    }
-    return v;
-}
-
 int main(int argc, char **argv) {
     std::vector<double> Ms = {1, 2, 4, 8, 16, 32, 64}, nnzs = {8, 29, 64, 256, -0.5};
     int L = 8, reps = 20, D = 2048, F = 5632;

@@ -159,17 +159,6 @@ __global__ void bench_l2_gather_bulk(const uint4 *__restrict__ W, int nrows, int
     if (acc == 0x12345678u) out[blockIdx.x] = acc;
 }
 
-static std::vector<double> parse_list(const char *s) {
-    std::vector<double> v;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        if (strchr(t, '%')) v.push_back(-atof(t) / 100.0);  // "50%" -> -0.5
-        else v.push_back(atof(t));
-    }
-    return v;
-}
-
 
 int main(int argc, char **argv) {
     Opts o;

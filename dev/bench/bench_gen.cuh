@@ -8,6 +8,10 @@
 #ifndef SLLM_BENCH_GEN_CUH
 #define SLLM_BENCH_GEN_CUH
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -58,6 +62,18 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
         s1 += (double)y * y;
     }
     atomicAdd(&out[0], s0); atomicAdd(&out[1], s1); atomicAdd(&out[2], bad);
+}
+
+// "8,29,50%" -> {8, 29, -0.5} (a percentage becomes minus the fraction: the "50%" pattern).
+static std::vector<double> parse_list(const char *s) {
+    std::vector<double> v;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (strchr(t, '%')) v.push_back(-atof(t) / 100.0);  // "50%" -> -0.5
+        else v.push_back(atof(t));
+    }
+    return v;
 }
 
 static float median(std::vector<float> v) {

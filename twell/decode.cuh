@@ -246,50 +246,46 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
     float acc[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) acc[i] = 0.0f;
-    // Tiles are taken TWELL_DEC_THREADS at a time (one count per thread; F <= 65536 needs one pass).
-    for (int tb = 0; tb < tiles; tb += TWELL_DEC_THREADS) {
-        const int nt = tiles - tb < TWELL_DEC_THREADS ? tiles - tb : TWELL_DEC_THREADS;
-        __syncthreads();  // the previous pass is done with s_pre / s_ent
-        if ((int)threadIdx.x < nt) s_pre[threadIdx.x + 1] = rc[tb + threadIdx.x];
-        if (threadIdx.x == 0) {
-            s_pre[0] = 0;
-            for (int i = 1; i <= nt; i++) s_pre[i] += s_pre[i - 1];  // offsets of the tiles' entries
+    // One count per thread (tiles <= TWELL_DEC_THREADS: twell_decode_forward takes F <= 65536), offsets by thread 0.
+    if ((int)threadIdx.x < tiles) s_pre[threadIdx.x + 1] = rc[threadIdx.x];
+    if (threadIdx.x == 0) {
+        s_pre[0] = 0;
+        for (int i = 1; i <= tiles; i++) s_pre[i] += s_pre[i - 1];  // offsets of the tiles' entries
+    }
+    __syncthreads();
+    const int total = s_pre[tiles];
+    for (int base = 0; base < total; base += CAP) {
+        const int n_here = total - base < CAP ? total - base : CAP;
+        if (base > 0) __syncthreads();  // the warps are done with the previous window
+        for (int e = threadIdx.x; e < n_here; e += TWELL_DEC_THREADS) {
+            const int fe = base + e;
+            int lo = 0, hi = tiles - 1;  // the tile holding flat entry fe: s_pre[lo] <= fe < s_pre[lo + 1]
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) >> 1;
+                if (s_pre[mid] <= fe) lo = mid; else hi = mid - 1;
+            }
+            s_ent[e] = re[(size_t)lo * TWELL_TILE + (fe - s_pre[lo])];
         }
         __syncthreads();
-        const int total = s_pre[nt];
-        for (int base = 0; base < total; base += CAP) {
-            const int n_here = total - base < CAP ? total - base : CAP;
-            if (base > 0) __syncthreads();  // the warps are done with the previous window
-            for (int e = threadIdx.x; e < n_here; e += TWELL_DEC_THREADS) {
-                const int fe = base + e;
-                int lo = 0, hi = nt - 1;  // the tile holding flat entry fe: s_pre[lo] <= fe < s_pre[lo + 1]
-                while (lo < hi) {
-                    const int mid = (lo + hi + 1) >> 1;
-                    if (s_pre[mid] <= fe) lo = mid; else hi = mid - 1;
-                }
-                s_ent[e] = re[(size_t)(tb + lo) * TWELL_TILE + (fe - s_pre[lo])];
+        for (int e0 = warp; e0 < n_here; e0 += R * WARPS) {
+            uint4 w[R];
+            float h[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) {  // R weight rows in flight
+                const int e = e0 + r * WARPS;
+                const bool ok = e < n_here && lane_ok;
+                const uint2 en = e < n_here ? s_ent[e] : make_uint2(0u, 0u);
+                h[r] = __uint_as_float(en.y);
+                w[r] = ok ? __ldg(reinterpret_cast<const uint4 *>(WdT + (size_t)en.x * D) + c8)
+                          : make_uint4(0u, 0u, 0u, 0u);
             }
-            __syncthreads();
-            for (int e0 = warp; e0 < n_here; e0 += R * WARPS) {
-                uint4 w[R];
-                float h[R];
 #pragma unroll
-                for (int r = 0; r < R; r++) {  // R weight rows in flight
-                    const int e = e0 + r * WARPS;
-                    const bool ok = e < n_here && lane_ok;
-                    const uint2 en = e < n_here ? s_ent[e] : make_uint2(0u, 0u);
-                    h[r] = __uint_as_float(en.y);
-                    w[r] = ok ? __ldg(reinterpret_cast<const uint4 *>(WdT + (size_t)en.x * D) + c8)
-                              : make_uint4(0u, 0u, 0u, 0u);
-                }
+            for (int r = 0; r < R; r++) {
+                if (e0 + r * WARPS >= n_here) break;
+                float wf[8];
+                twell_bf16x8_to_f32(w[r], wf);
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (e0 + r * WARPS >= n_here) break;
-                    float wf[8];
-                    twell_bf16x8_to_f32(w[r], wf);
-#pragma unroll
-                    for (int i = 0; i < 8; i++) acc[i] = fmaf(h[r], wf[i], acc[i]);
-                }
+                for (int i = 0; i < 8; i++) acc[i] = fmaf(h[r], wf[i], acc[i]);
             }
         }
     }

@@ -180,7 +180,7 @@ typedef struct {
     bf16 *dec_g;
     int *dec_cnt;
     uint2 *dec_ent;
-    TwellDispatchModel dec_model;  // AUTO at M <= decode_rows: s0 + s1 * (M * nnz), see TWELL_DECODE_S0
+    TwellDispatchModel dec_model;  // AUTO at M <= decode_rows: twell_decode_predict, see TWELL_DECODE_S0
     // dispatch state
     double last_mean_nnz;  // -1: unknown
     double last_ovf_frac;
@@ -293,7 +293,8 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     cudaCheck(cudaMalloc(&ws->dense.yg, sizeof(bf16) * cr * D));
     cudaCheck(cudaMalloc(&ws->dense.g, sizeof(bf16) * cr * F));
     cudaCheck(cudaMalloc(&ws->dense.u, sizeof(bf16) * cr * F));
-    ws->dec_alloc_rows = max_M < TWELL_DECODE_MAX_M ? max_M : TWELL_DECODE_MAX_M;
+    // The decode path takes F <= 65536 (twell_decode_forward); past that every sparse call runs the tile path.
+    ws->dec_alloc_rows = F / TWELL_TILE > TWELL_DEC_THREADS ? 0 : max_M < TWELL_DECODE_MAX_M ? max_M : TWELL_DECODE_MAX_M;
     ws->decode_rows = ws->dec_alloc_rows;
     const size_t dr = (size_t)ws->dec_alloc_rows;
     cudaCheck(cudaMalloc(&ws->dec_g, sizeof(bf16) * dr * F));
@@ -303,11 +304,12 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
 }
 
 // Sparse calls of at most `rows` rows run the decode path (twell/decode.cuh); 0 turns it off (every sparse call
-// runs the tile path: gate -> TwELL, up/down, dense fallback). rows in [0, min(TWELL_DECODE_MAX_M, max_M)].
+// runs the tile path: gate -> TwELL, up/down, dense fallback). rows in [0, dec_alloc_rows] = [0, min(TWELL_DECODE_MAX_M,
+// max_M)], or only 0 when F > 65536 (the decode path does not take such F).
 static inline int twell_ffn_set_decode_rows(TwellFFNWorkspace *ws, int rows) {
     if (rows < 0 || rows > ws->dec_alloc_rows) {
         fprintf(stderr, "error: twell_ffn_set_decode_rows: rows=%d must be in [0, %d] (min(TWELL_DECODE_MAX_M, "
-                        "max_M))\n", rows, ws->dec_alloc_rows);
+                        "max_M); 0 when F > 65536)\n", rows, ws->dec_alloc_rows);
         return TWELL_ERR_ARG;
     }
     ws->decode_rows = rows;
@@ -732,9 +734,9 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     }
     // The paths without a host sync (decode, dense) count the active gates into ws->dense_nnz; the count is read
     // back at the next call (not under capture: there the counter is not passed at all).
-    unsigned long long *async_nnz = capturing ? NULL : ws->dense_nnz;
-    if (async_nnz && (path == TWELL_PATH_DENSE || decode))
-        cudaCheck(cudaMemsetAsync(async_nnz, 0, sizeof(unsigned long long), stream));
+    const int no_sync = path == TWELL_PATH_DENSE || decode;
+    unsigned long long *async_nnz = capturing || !no_sync ? NULL : ws->dense_nnz;
+    if (async_nnz) cudaCheck(cudaMemsetAsync(async_nnz, 0, sizeof(unsigned long long), stream));
     if (path == TWELL_PATH_SPARSE && decode) {
         int e = twell_decode_forward(X, Wg, Wu, WdT, Y, M, ws->D, ws->F, ws->gated, ws->dec_g, ws->dec_cnt,
                                      ws->dec_ent, async_nnz, stream);
@@ -786,7 +788,7 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         ws->last_mean_nnz = r.mean_nnz;
         ws->last_ovf_frac = (double)n_ovf / (double)M;
     }
-    if (async_nnz && (r.path == TWELL_PATH_DENSE || r.decode)) {
+    if (async_nnz) {
         cudaCheck(cudaMemcpyAsync(ws->dense_nnz_host, async_nnz, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                                   stream));
         cudaCheck(cudaEventRecord(ws->dense_nnz_ready, stream));

@@ -868,6 +868,14 @@ static void test_shape_errors(void **state) {
                                           ws.dec_ent, NULL, 0), TWELL_ERR_ARG);
     assert_int_equal(twell_decode_forward(buf, NULL, buf, buf, buf, 8, 128, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
                                           NULL, 0), TWELL_ERR_ARG);
+    {  // F > 65536: no decode path (the tile path runs every sparse call), and it cannot be switched on
+        TwellFFNWorkspace w3;
+        assert_int_equal(twell_ffn_workspace_create(&w3, 4, 64, 65792, 8, 1), TWELL_OK);
+        assert_int_equal(w3.dec_alloc_rows, 0);
+        assert_int_equal(w3.decode_rows, 0);
+        assert_int_equal(twell_ffn_set_decode_rows(&w3, 1), TWELL_ERR_ARG);
+        twell_ffn_workspace_free(&w3);
+    }
     assert_int_equal(twell_ffn_set_decode_rows(&ws, 0), TWELL_OK);
     assert_int_equal(twell_ffn_forward(&g_mm, &ws, buf, buf, buf, buf, buf, 65, TWELL_PATH_SPARSE, -1, NULL, 0),
                      TWELL_ERR_WORKSPACE);

@@ -4,31 +4,32 @@
 //   gated:     Y = (relu(X Wg^T) * (X Wu^T)) WdT      non-gated: Y = relu(X Wu^T) WdT
 //   X [M, D] bf16 row-major; Wg, Wu [F, D] bf16 (nn.Linear layout); WdT [F, D] bf16 = down_proj.weight
 //   TRANSPOSED; Y [M, D] bf16, every element written. D % 64 == 0, F % 256 == 0 (as the TwELL FFN).
-//   Scratch (twell/ffn.cuh owns it): g bf16 [M, F], cnt int [M, F/256], ent uint2 [M, F].
+//   Scratch (twell/ffn.cuh owns it): g bf16 [M, F], cnt int [M, F/16], ent uint2 [M, F]. F <= TWELL_DEC_MAX_F.
 //
 // Why a path of its own: at a few rows the tile path (cuBLASLt gate GEMM + pack, the split up/down, the host
 // sync that sizes the overflow fallback) is bound by launches and latency, not by bytes: on the H200 it takes
 // 48 us per call at M = 1, where its gate GEMM alone takes 18 us and reading the three weight matrices once
-// would take ~15 us (dev/RESULTS.md, run 62). Here a call is three kernels:
-//   1. twell_decode_gate_kernel<MT>: g = relu(X W1^T) rounded to bf16 (W1 = Wg, or Wu when non-gated), written
-//      densely to g [M, F]. A GEMV on tensor cores: a CTA of TWELL_DEC_GATE_WARPS warps owns 16 units (2 blocks
-//      of 8); warp w takes a contiguous quarter of D (split K) and streams its units' W1 row pieces front to back
-//      (16-byte loads, 128 contiguous bytes per row and step, 4 steps in flight) into mma.m16n8k16 with the ROWS as
-//      the m16 side (MT tiles of 16 rows; rows >= M are zeros) and the 8 units as n. The k order inside a step is permuted the
-//      same way for X and W1 (a dot product does not care), so both operands come straight from 16-byte loads.
-//      The warps' partial sums are added in warp order through shared memory (deterministic). Reads W1 once:
-//      bound by its bytes (23 MB at the paper's shape).
-//   2. twell_decode_up_kernel: one CTA per (256-unit tile, row): the tile's positive gates in column order
-//      (ballot + warp offsets: deterministic), then per active unit h = g * dot(x, Wu[n]) (gated: one warp
-//      per 2 units, fp32, fixed-order warp sum) or h = g (non-gated). Writes the tile's list: cnt[row, tile] and
-//      ent[row, 256 tile + j] = (unit, fp32 bits of h), j < cnt. A tile list holds all 256 units of its tile,
-//      so nothing ever overflows: heavy rows (the first tokens of a sequence, 1000+ active units) run here too.
-//   3. twell_decode_down_kernel: one CTA per (256-column slice of y, row): the row's tile lists are flattened
-//      into shared memory (counts -> offsets -> entries, all loads independent), its 8 warps take the entries
+// would take ~15 us (dev/RESULTS.md, run 62). Here a call is two kernels:
+//   1. twell_decode_gate_kernel<MT, true>: g = relu(X W1^T) rounded to bf16 (W1 = Wg, or Wu when non-gated), written
+//      densely to g [M, F], and the up for the active units of the CTA's own group. A GEMV on tensor cores: a CTA of
+//      TWELL_DEC_GATE_WARPS warps owns a group of 16 units (2 blocks of 8); warp w takes a contiguous quarter of D
+//      (split K) and streams its units' W1 row pieces front to back (16-byte loads, 128 contiguous bytes per row and
+//      step, 4 steps in flight) into mma.m16n8k16 with the ROWS as the m16 side (MT tiles of 16 rows; rows >= M are
+//      zeros) and the 8 units as n. The k order inside a step is permuted the same way for X and W1 (a dot product
+//      does not care), so both operands come straight from 16-byte loads. The warps' partial sums are added in warp
+//      order through shared memory (deterministic). Then the group's active (row, unit) pairs, row by row in unit
+//      order, go round-robin to the warps: h = g * dot(x, Wu[n]) (gated: one warp per pair, fp32, fixed-order warp
+//      sum) or h = g (non-gated), written as the group's list: cnt[row, group] and ent[row, 16 group + j] = (unit,
+//      fp32 bits of h), j < cnt. A list holds all 16 units of its group, so nothing ever overflows: heavy rows (the
+//      first tokens of a sequence, 1000+ active units) run here too. Reads W1 once: bound by its bytes (23 MB at the
+//      paper's shape); the up's Wu rows (8 KB per pair) are read while other CTAs still stream W1.
+//   2. twell_decode_down_kernel: one CTA per (256-column slice of y, row): the row's group lists are flattened
+//      into shared memory (counts -> block scan -> entries, all loads independent), its 8 warps take the entries
 //      round-robin (entry e to warp e % 8, 8 weight rows in flight), accumulate h * WdT[unit, slice] in fp32,
 //      then the 8 partial sums are added in warp order: y rounded once to bf16. Deterministic.
-// The active gates are counted on the device (one atomic per up CTA) for the dispatch; twell/ffn.cuh reads the
-// count back at the next call, without a sync.
+// The active gates are counted on the device (one atomic per gate CTA with actives) for the dispatch; twell/ffn.cuh
+// reads the count back at the next call, without a sync. (Until stop 13 the up was a kernel of its own, one CTA per
+// (256-unit tile, row): fusing it into the gate saves a launch and its dependent L2/HBM round trips, ~6 us at M 1.)
 #ifndef SLLM_TWELL_DECODE_CUH
 #define SLLM_TWELL_DECODE_CUH
 
@@ -41,10 +42,12 @@
 #define TWELL_DEC_GATE_WARPS 4    // split-K warps per gate CTA
 #define TWELL_DEC_GATE_NB 2       // 8-unit blocks per gate CTA (16 units)
 #define TWELL_DEC_GATE_UNROLL 4   // 64-column steps in flight per warp (half at more than 32 rows)
-#define TWELL_DEC_THREADS 256     // up and down CTAs
+#define TWELL_DEC_GROUP (8 * TWELL_DEC_GATE_NB)  // units per gate CTA = per list group (16)
+#define TWELL_DEC_THREADS 256     // down CTAs
+#define TWELL_DEC_MAX_F 65536     // widest F: the down kernel keeps the F / 16 group offsets in shared memory
 #define TWELL_DEC_DOWN_CAP 2048   // entries of a row staged in shared memory at a time by the down kernel
 
-// ---- 1. gate: g = relu(X W1^T) (bf16, dense [M, F]) ----
+// ---- 1. gate and up: g = relu(X W1^T) (bf16, dense [M, F]) and the group lists of (unit, h) ----
 // Lane (g8 = lane / 4, q = lane % 4). Warp w owns the contiguous 64-column steps [w S / WARPS, (w + 1) S / WARPS) of
 // D (S = D / 64), so each warp streams its part of its 16 rows front to back. In step s (columns k0 = 64 s ..) the
 // lane loads the two 16-byte chunks at columns k0 + 16q + 8i .. + 7 (i = 0, 1: 32 contiguous bytes; the 4 lanes of a
@@ -53,15 +56,24 @@
 // (e = 0, 1) holds column + e (resp. + 4 + e) and slot 2q + 8 + e column + 2 + e (resp. + 6 + e), in A (a0 / a2 row
 // g8, a1 / a3 row g8 + 8) and in B (b0, b1, unit g8) alike (core/tc_utils.cuh gives the fragment layouts).
 // Accumulator c[mt][b]: c0, c1 = (row 16 mt + g8, units n0 + 8b + 2q, +1), c2, c3 = (row + 8, the same units).
-template <int MT>
+// LISTS (the FFN; false only to time the gate alone): the CTA then lists its group's active (row, unit) pairs, row by
+// row in unit order, and its warps take them round-robin: h = g * dot(x[row], Wu[unit]) (gated; one warp per pair,
+// the whole 2 * D bytes in flight, fp32, fixed-order warp sum) or h = g (non-gated, Wu == NULL); it writes
+// cnt[row, group] and ent[row, 16 group + j] = (unit, fp32 bits of h), j < cnt, and adds its count to *nnz.
+template <int MT, bool LISTS>
 __global__ void __launch_bounds__(32 * TWELL_DEC_GATE_WARPS)
-twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1, bf16 *__restrict__ G, int M, int D,
-                         int F) {
-    constexpr int NB = TWELL_DEC_GATE_NB, WARPS = TWELL_DEC_GATE_WARPS;
+twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1, const bf16 *__restrict__ Wu,
+                         bf16 *__restrict__ G, int *__restrict__ cnt, uint2 *__restrict__ ent,
+                         unsigned long long *__restrict__ nnz, int M, int D, int F) {
+    constexpr int NB = TWELL_DEC_GATE_NB, WARPS = TWELL_DEC_GATE_WARPS, UNITS = TWELL_DEC_GROUP, ROWS = 16 * MT;
     constexpr int U = MT >= 4 ? TWELL_DEC_GATE_UNROLL / 2 : TWELL_DEC_GATE_UNROLL;  // registers at 64 rows
+    static_assert(UNITS == 16 && ROWS <= 32 * WARPS, "pair codes are (row << 4 | unit); one thread per row");
     __shared__ float red[WARPS - 1][MT * NB * 4][32];
+    __shared__ float s_g[ROWS][UNITS];  // the group's gates, as rounded to bf16
+    __shared__ int s_off[ROWS + 1];     // offsets of the rows' pairs
+    __shared__ unsigned short s_pair[ROWS * UNITS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, q = lane & 3;
-    const int n0 = blockIdx.x * (8 * NB);
+    const int n0 = blockIdx.x * UNITS;
     const int S = D / 64, s_begin = warp * S / WARPS, s_end = (warp + 1) * S / WARPS;
     const uint4 *wrow[NB];
 #pragma unroll
@@ -122,109 +134,86 @@ twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1
                 for (int i = 0; i < 4; i++) red[warp - 1][(mt * NB + b) * 4 + i][lane] = c[mt][b][i];
     }
     __syncthreads();
-    if (warp != 0) return;
+    if (warp == 0) {
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int b = 0; b < NB; b++) {
-            float v[4];
+            for (int b = 0; b < NB; b++) {
+                float v[4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                v[i] = c[mt][b][i];
+                for (int i = 0; i < 4; i++) {
+                    v[i] = c[mt][b][i];
 #pragma unroll
-                for (int w2 = 0; w2 < WARPS - 1; w2++) v[i] += red[w2][(mt * NB + b) * 4 + i][lane];
-                v[i] = v[i] > 0.0f ? v[i] : 0.0f;  // relu (+0 for -0)
+                    for (int w2 = 0; w2 < WARPS - 1; w2++) v[i] += red[w2][(mt * NB + b) * 4 + i][lane];
+                    v[i] = v[i] > 0.0f ? v[i] : 0.0f;  // relu (+0 for -0)
+                }
+                const int u = 8 * b + 2 * q;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = 16 * mt + 8 * h + g8;
+                    const __nv_bfloat162 gv = __floats2bfloat162_rn(v[2 * h], v[2 * h + 1]);
+                    if (r < M) *reinterpret_cast<__nv_bfloat162 *>(G + (size_t)r * F + n0 + u) = gv;
+                    s_g[r][u] = __low2float(gv);
+                    s_g[r][u + 1] = __high2float(gv);
+                }
             }
-            const int n = n0 + 8 * b + 2 * q;
+    }
+    if (!LISTS) return;
+    __syncthreads();
+    // The group's pairs, row by row in unit order (deterministic): counts, offsets, codes.
+    const int t = threadIdx.x, groups = F / UNITS;
+    unsigned mask = 0;
+    if (t < M) {
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = 16 * mt + 8 * h + g8;
-                if (r < M)
-                    *reinterpret_cast<__nv_bfloat162 *>(G + (size_t)r * F + n) =
-                        __floats2bfloat162_rn(v[2 * h], v[2 * h + 1]);
-            }
+        for (int u = 0; u < UNITS; u++) mask |= (s_g[t][u] > 0.0f ? 1u : 0u) << u;
+        cnt[(size_t)t * groups + blockIdx.x] = __popc(mask);
+    }
+    if (t < ROWS) s_off[t + 1] = __popc(mask);
+    __syncthreads();
+    if (t == 0) {
+        s_off[0] = 0;
+        for (int r = 1; r <= ROWS; r++) s_off[r] += s_off[r - 1];
+    }
+    __syncthreads();
+    if (t < M)
+        for (int j = s_off[t]; mask; mask &= mask - 1) s_pair[j++] = (unsigned short)(t << 4 | (__ffs(mask) - 1));
+    __syncthreads();
+    const int total = s_off[M];
+    if (t == 0 && nnz && total) atomicAdd(nnz, (unsigned long long)total);
+    if (!Wu) {  // non-gated: h = g
+        for (int j = t; j < total; j += 32 * WARPS) {
+            const int r = s_pair[j] >> 4, u = s_pair[j] & 15;
+            ent[(size_t)r * F + n0 + (j - s_off[r])] = make_uint2((uint32_t)(n0 + u), __float_as_uint(s_g[r][u]));
         }
-}
-
-// ---- 2. up: tile lists of (unit, h) ----
-// grid (F / 256, M), TWELL_DEC_THREADS threads. Wu == NULL: non-gated (h = g).
-__global__ void __launch_bounds__(TWELL_DEC_THREADS)
-twell_decode_up_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ Wu, const bf16 *__restrict__ G,
-                       int *__restrict__ cnt, uint2 *__restrict__ ent, int D, int F,
-                       unsigned long long *__restrict__ nnz) {
-    constexpr int WARPS = TWELL_DEC_THREADS / 32;
-    __shared__ int s_woff[WARPS];
-    __shared__ int s_unit[TWELL_TILE];
-    __shared__ float s_g[TWELL_TILE];
-    const int t = blockIdx.x, m = blockIdx.y, tiles = F / TWELL_TILE;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int col = t * TWELL_TILE + threadIdx.x;
-    const float gv = __bfloat162float(G[(size_t)m * F + col]);
-    const bool pos = gv > 0.0f;
-    const unsigned bal = __ballot_sync(0xffffffffu, pos);
-    if (lane == 0) s_woff[warp] = __popc(bal);
-    __syncthreads();
-    int off = 0, total = 0;
-#pragma unroll
-    for (int w = 0; w < WARPS; w++) {
-        const int c = s_woff[w];
-        off += w < warp ? c : 0;
-        total += c;
-    }
-    if (pos) {
-        const int slot = off + __popc(bal & ((1u << lane) - 1u));
-        s_unit[slot] = col;
-        s_g[slot] = gv;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        cnt[(size_t)m * tiles + t] = total;
-        if (nnz && total) atomicAdd(nnz, (unsigned long long)total);
-    }
-    uint2 *out = ent + (size_t)m * F + (size_t)t * TWELL_TILE;
-    if (!Wu) {
-        for (int j = threadIdx.x; j < total; j += TWELL_DEC_THREADS)
-            out[j] = make_uint2((uint32_t)s_unit[j], __float_as_uint(s_g[j]));
         return;
     }
-    // Two units per warp at a time (their x chunks shared): 8 x + 16 weight chunks in flight per lane.
-    const uint4 *xr = reinterpret_cast<const uint4 *>(X + (size_t)m * D);
-    const int chunks = D / 8;  // a multiple of 8 (D % 64 == 0)
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int j0 = 2 * warp; j0 < total; j0 += 2 * WARPS) {
-        const bool two = j0 + 1 < total;  // warp-uniform
-        const int n[2] = {s_unit[j0], two ? s_unit[j0 + 1] : s_unit[j0]};
-        const uint4 *wr[2] = {reinterpret_cast<const uint4 *>(Wu + (size_t)n[0] * D),
-                              reinterpret_cast<const uint4 *>(Wu + (size_t)n[1] * D)};
-        float acc[2] = {0.0f, 0.0f};
+    const int chunks = D / 8;  // 16-byte chunks of a row; a multiple of 8 (D % 64 == 0)
+    for (int j = warp; j < total; j += WARPS) {
+        const int r = s_pair[j] >> 4, u = s_pair[j] & 15;
+        const uint4 *xr = reinterpret_cast<const uint4 *>(X + (size_t)r * D);
+        const uint4 *wr = reinterpret_cast<const uint4 *>(Wu + (size_t)(n0 + u) * D);
+        float acc = 0.0f;
         for (int k0 = lane; k0 < chunks; k0 += 8 * 32) {
-            uint4 a[8], w[2][8];
+            uint4 a[8], w[8];
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 const int k = k0 + 32 * i;
                 a[i] = k < chunks ? __ldg(xr + k) : zero;
-#pragma unroll
-                for (int v = 0; v < 2; v++) w[v][i] = k < chunks && (v == 0 || two) ? __ldg(wr[v] + k) : zero;
+                w[i] = k < chunks ? __ldg(wr + k) : zero;
             }
 #pragma unroll
             for (int i = 0; i < 8; i++) {
-                float af[8];
+                float af[8], wf[8];
                 twell_bf16x8_to_f32(a[i], af);
+                twell_bf16x8_to_f32(w[i], wf);
 #pragma unroll
-                for (int v = 0; v < 2; v++) {
-                    float wf[8];
-                    twell_bf16x8_to_f32(w[v][i], wf);
-#pragma unroll
-                    for (int e = 0; e < 8; e++) acc[v] = fmaf(af[e], wf[e], acc[v]);
-                }
+                for (int e = 0; e < 8; e++) acc = fmaf(af[e], wf[e], acc);
             }
         }
-        acc[0] = warp_sum(acc[0]);  // butterfly: the same fixed order in every run
-        acc[1] = warp_sum(acc[1]);
-        if (lane == 0) {
-            out[j0] = make_uint2((uint32_t)n[0], __float_as_uint(s_g[j0] * acc[0]));
-            if (two) out[j0 + 1] = make_uint2((uint32_t)n[1], __float_as_uint(s_g[j0 + 1] * acc[1]));
-        }
+        acc = warp_sum(acc);  // butterfly: the same fixed order in every run
+        if (lane == 0)
+            ent[(size_t)r * F + n0 + (j - s_off[r])] =
+                make_uint2((uint32_t)(n0 + u), __float_as_uint(s_g[r][u] * acc));
     }
 }
 
@@ -235,36 +224,53 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
                          bf16 *__restrict__ Y, int D, int F) {
     constexpr int WARPS = TWELL_DEC_THREADS / 32, CAP = TWELL_DEC_DOWN_CAP, R = 8;
     __shared__ uint2 s_ent[CAP];
-    __shared__ int s_pre[TWELL_DEC_THREADS + 1];
+    __shared__ int s_pre[TWELL_DEC_MAX_F / TWELL_DEC_GROUP + 1];
+    __shared__ int s_wsum[WARPS];
     __shared__ __align__(16) float red[WARPS][TWELL_TILE];
-    const int slice = blockIdx.x, m = blockIdx.y, tiles = F / TWELL_TILE;
+    const int slice = blockIdx.x, m = blockIdx.y, groups = F / TWELL_DEC_GROUP;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c8 = slice * 32 + lane;  // this lane's 16-byte chunk of the row
     const bool lane_ok = c8 * 8 < D;
-    const int *rc = cnt + (size_t)m * tiles;
+    const int *rc = cnt + (size_t)m * groups;
     const uint2 *re = ent + (size_t)m * F;
     float acc[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) acc[i] = 0.0f;
-    // One count per thread (tiles <= TWELL_DEC_THREADS: twell_decode_forward takes F <= 65536), offsets by thread 0.
-    if ((int)threadIdx.x < tiles) s_pre[threadIdx.x + 1] = rc[threadIdx.x];
-    if (threadIdx.x == 0) {
-        s_pre[0] = 0;
-        for (int i = 1; i <= tiles; i++) s_pre[i] += s_pre[i - 1];  // offsets of the tiles' entries
-    }
+    // Offsets of the groups' entries (groups <= TWELL_DEC_MAX_F / 16: twell_decode_forward bounds F): the counts into
+    // shared memory, a contiguous run of them per thread, a block-wide exclusive scan of the runs, then the offsets.
+    for (int i = threadIdx.x; i < groups; i += TWELL_DEC_THREADS) s_pre[i + 1] = rc[i];
     __syncthreads();
-    const int total = s_pre[tiles];
+    const int per = (groups + TWELL_DEC_THREADS - 1) / TWELL_DEC_THREADS, i0 = threadIdx.x * per;
+    int run = 0;
+    for (int i = i0; i < i0 + per && i < groups; i++) run += s_pre[i + 1];
+    int inc = run;  // inclusive scan of the runs over the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += v;
+    }
+    if (lane == 31) s_wsum[warp] = inc;
+    __syncthreads();
+    int off = inc - run;
+    for (int w = 0; w < warp; w++) off += s_wsum[w];
+    for (int i = i0; i < i0 + per && i < groups; i++) {
+        off += s_pre[i + 1];
+        s_pre[i + 1] = off;
+    }
+    if (threadIdx.x == 0) s_pre[0] = 0;
+    __syncthreads();
+    const int total = s_pre[groups];
     for (int base = 0; base < total; base += CAP) {
         const int n_here = total - base < CAP ? total - base : CAP;
         if (base > 0) __syncthreads();  // the warps are done with the previous window
         for (int e = threadIdx.x; e < n_here; e += TWELL_DEC_THREADS) {
             const int fe = base + e;
-            int lo = 0, hi = tiles - 1;  // the tile holding flat entry fe: s_pre[lo] <= fe < s_pre[lo + 1]
+            int lo = 0, hi = groups - 1;  // the group holding flat entry fe: s_pre[lo] <= fe < s_pre[lo + 1]
             while (lo < hi) {
                 const int mid = (lo + hi + 1) >> 1;
                 if (s_pre[mid] <= fe) lo = mid; else hi = mid - 1;
             }
-            s_ent[e] = re[(size_t)lo * TWELL_TILE + (fe - s_pre[lo])];
+            s_ent[e] = re[(size_t)lo * TWELL_DEC_GROUP + (fe - s_pre[lo])];
         }
         __syncthreads();
         for (int e0 = warp; e0 < n_here; e0 += R * WARPS) {
@@ -302,18 +308,25 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
     }
 }
 
-// The three launches (no checks: twell_decode_forward checks). W1 = Wg (gated) or Wu; Wu_up = Wu (gated) or NULL.
-static inline void twell_decode_gate(const bf16 *X, const bf16 *W1, bf16 *g, int M, int D, int F, cudaStream_t stream) {
-    const dim3 grid(F / (8 * TWELL_DEC_GATE_NB));
+// The launches (no checks: twell_decode_forward checks). W1 = Wg (gated) or Wu; Wu_up = Wu (gated) or NULL.
+// lists = 0 runs the gate alone (g only: for timing it, bench_decode).
+static inline void twell_decode_gate_up(const bf16 *X, const bf16 *W1, const bf16 *Wu_up, bf16 *g, int *cnt,
+                                        uint2 *ent, int M, int D, int F, unsigned long long *nnz, int lists,
+                                        cudaStream_t stream) {
+    const dim3 grid(F / TWELL_DEC_GROUP);
     const int block = 32 * TWELL_DEC_GATE_WARPS;
-    if (M <= 16) twell_decode_gate_kernel<1><<<grid, block, 0, stream>>>(X, W1, g, M, D, F);
-    else if (M <= 32) twell_decode_gate_kernel<2><<<grid, block, 0, stream>>>(X, W1, g, M, D, F);
-    else twell_decode_gate_kernel<4><<<grid, block, 0, stream>>>(X, W1, g, M, D, F);
-    cudaCheckLaunch();
-}
-static inline void twell_decode_up(const bf16 *X, const bf16 *Wu_up, const bf16 *g, int *cnt, uint2 *ent, int M, int D,
-                                   int F, unsigned long long *nnz, cudaStream_t stream) {
-    twell_decode_up_kernel<<<dim3(F / TWELL_TILE, M), TWELL_DEC_THREADS, 0, stream>>>(X, Wu_up, g, cnt, ent, D, F, nnz);
+#define TWELL_DEC_GATE_LAUNCH(MT, L) \
+    twell_decode_gate_kernel<MT, L><<<grid, block, 0, stream>>>(X, W1, Wu_up, g, cnt, ent, nnz, M, D, F)
+    if (lists) {
+        if (M <= 16) TWELL_DEC_GATE_LAUNCH(1, true);
+        else if (M <= 32) TWELL_DEC_GATE_LAUNCH(2, true);
+        else TWELL_DEC_GATE_LAUNCH(4, true);
+    } else {
+        if (M <= 16) TWELL_DEC_GATE_LAUNCH(1, false);
+        else if (M <= 32) TWELL_DEC_GATE_LAUNCH(2, false);
+        else TWELL_DEC_GATE_LAUNCH(4, false);
+    }
+#undef TWELL_DEC_GATE_LAUNCH
     cudaCheckLaunch();
 }
 static inline void twell_decode_down(const bf16 *WdT, const int *cnt, const uint2 *ent, bf16 *Y, int M, int D, int F,
@@ -333,9 +346,9 @@ static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16
         fprintf(stderr, "error: twell_decode_forward: M=%d must be in [1, %d]\n", M, TWELL_DECODE_MAX_M);
         return TWELL_ERR_SHAPE;
     }
-    if (D <= 0 || D % 64 != 0 || F <= 0 || F % TWELL_TILE != 0 || F / TWELL_TILE > 256) {
+    if (D <= 0 || D % 64 != 0 || F <= 0 || F % TWELL_TILE != 0 || F > TWELL_DEC_MAX_F) {
         fprintf(stderr, "error: twell_decode_forward: D=%d must be a positive multiple of 64 and F=%d a positive "
-                        "multiple of %d (at most %d)\n", D, F, TWELL_TILE, 256 * TWELL_TILE);
+                        "multiple of %d (at most %d)\n", D, F, TWELL_TILE, TWELL_DEC_MAX_F);
         return TWELL_ERR_SHAPE;
     }
     const bf16 *W1 = gated ? Wg : Wu;
@@ -348,8 +361,7 @@ static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16
         fprintf(stderr, "error: twell_decode_forward: pointers must be 16-byte aligned\n");
         return TWELL_ERR_ARG;
     }
-    twell_decode_gate(X, W1, g, M, D, F, stream);
-    twell_decode_up(X, gated ? Wu : NULL, g, cnt, ent, M, D, F, nnz, stream);
+    twell_decode_gate_up(X, W1, gated ? Wu : NULL, g, cnt, ent, M, D, F, nnz, 1, stream);
     twell_decode_down(WdT, cnt, ent, Y, M, D, F, stream);
     return TWELL_OK;
 }

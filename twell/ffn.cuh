@@ -19,8 +19,8 @@
 // mask GEMM defaults to 128x128 tiles, run 39, it gains little: gate 2.24-2.29 tuned vs 2.15-2.27 ms).
 //
 // Decode path (twell/decode.cuh): a sparse call of M <= ws->decode_rows rows (default TWELL_DECODE_MAX_M = 64;
-// twell_ffn_set_decode_rows, 0 = off) runs three small kernels instead (tensor-core GEMV gate, per-tile lists of
-// the active units with no capacity limit, down): no host sync, no overflow rows, capturable in a CUDA graph.
+// twell_ffn_set_decode_rows, 0 = off) runs two small kernels instead (tensor-core GEMV gate with the up of its
+// active units fused, lists of the active units with no capacity limit; down): no host sync, no overflow rows, capturable in a CUDA graph.
 // Its count of active gates is read back at the next call, like the dense path's. TwellFFNResult.decode = 1.
 //
 // Dense path: cuBLASLt gate and up GEMMs, relu*mul, down GEMM (chunks of dense_chunk_rows rows).
@@ -77,11 +77,12 @@
 // reads the weights once); the decode path pays a fixed cost (the gate reads Wg), a cost per row, and per active
 // (row, unit) pair 8 KB of weight rows, gathered with less parallelism when few rows carry many units (sn).
 // Defaults: the fit of `bench_decode --nnz 8,16,29,64,128,256,50%` (H200, D 2048, F 5632, 8 layers from HBM, eager
-// calls; run 64 of dev/RESULTS.md): worst residual 0.145 on the 43 rows under ratio 2, every row over 2 sent dense.
-#define TWELL_DECODE_S0 0.6504
-#define TWELL_DECODE_S1 3.48e-05
-#define TWELL_DECODE_SM 0.004168
-#define TWELL_DECODE_SN 0.0003335
+// calls; run 68 of dev/RESULTS.md, the gate with the up fused): worst residual 0.124 on the 42 rows under ratio 2,
+// every row over 2 sent dense.
+#define TWELL_DECODE_S0 0.5956
+#define TWELL_DECODE_S1 2.861e-05
+#define TWELL_DECODE_SM 0.004236
+#define TWELL_DECODE_SN 0.0005332
 
 typedef struct {
     double s0, s1, fovf, margin;
@@ -175,7 +176,7 @@ typedef struct {
     cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
     // Decode path (twell/decode.cuh): sparse calls with M <= decode_rows (0: off) run it. Scratch for dec_alloc_rows
-    // = min(TWELL_DECODE_MAX_M, max_M) rows: g [rows, F] bf16, cnt [rows, F/256], ent [rows, F] (unit, h).
+    // = min(TWELL_DECODE_MAX_M, max_M) rows: g [rows, F] bf16, cnt [rows, F/16], ent [rows, F] (unit, h).
     int decode_rows, dec_alloc_rows;
     bf16 *dec_g;
     int *dec_cnt;
@@ -293,12 +294,12 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     cudaCheck(cudaMalloc(&ws->dense.yg, sizeof(bf16) * cr * D));
     cudaCheck(cudaMalloc(&ws->dense.g, sizeof(bf16) * cr * F));
     cudaCheck(cudaMalloc(&ws->dense.u, sizeof(bf16) * cr * F));
-    // The decode path takes F <= 65536 (twell_decode_forward); past that every sparse call runs the tile path.
-    ws->dec_alloc_rows = F / TWELL_TILE > TWELL_DEC_THREADS ? 0 : max_M < TWELL_DECODE_MAX_M ? max_M : TWELL_DECODE_MAX_M;
+    // The decode path takes F <= TWELL_DEC_MAX_F (twell_decode_forward); past that every sparse call runs the tile path.
+    ws->dec_alloc_rows = F > TWELL_DEC_MAX_F ? 0 : max_M < TWELL_DECODE_MAX_M ? max_M : TWELL_DECODE_MAX_M;
     ws->decode_rows = ws->dec_alloc_rows;
     const size_t dr = (size_t)ws->dec_alloc_rows;
     cudaCheck(cudaMalloc(&ws->dec_g, sizeof(bf16) * dr * F));
-    cudaCheck(cudaMalloc(&ws->dec_cnt, sizeof(int) * dr * (F / TWELL_TILE)));
+    cudaCheck(cudaMalloc(&ws->dec_cnt, sizeof(int) * dr * (F / TWELL_DEC_GROUP)));
     cudaCheck(cudaMalloc(&ws->dec_ent, sizeof(uint2) * dr * F));
     return TWELL_OK;
 }

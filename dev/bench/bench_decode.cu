@@ -10,10 +10,11 @@
 //   dense    twell_ffn_forward(DENSE) per layer: cuBLASLt gate and up GEMMs, relu*mul, down GEMM
 //   dense.g  the same pass captured once as a CUDA graph and replayed (no launch overhead)
 //   tile     SPARSE with the decode path off: cuBLASLt mask gate -> TwELL, the split up/down, a host sync per layer
-//   decode   SPARSE at M <= decode_rows (the default): gate GEMV, up, down, no sync
+//   decode   SPARSE at M <= decode_rows (the default): gate GEMV with the up fused, down; no sync
 //   decode.g the decode pass captured as a CUDA graph
 //   auto     AUTO (the decode model, TWELL_DECODE_*), its own workspace
-//   gate / up / down   the decode path's three kernels alone (one pass over the layers each)
+//   gate / gate+up / down   the decode path's kernels alone (one pass over the layers each): the gate GEMV without
+//            its fused up (lists off: g only), the gate with it, the down
 // Then dense/decode, dense.g/decode.g, tile/decode, auto/min(dense, decode) and the path auto took. Before timing,
 // the decode output of layer 0 is checked against the dense one (relative error < 1e-2, else exit 1). At the end: a
 // least-squares fit of decode / dense = s0 + s1 M nnz + sm M + sn nnz over the rows (nnz: mean active units per
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
-    printf("\nM   nnz    meannz |    dense  dense.g     tile   decode decode.g     auto |   gate     up   down | dn/dec "
+    printf("\nM   nnz    meannz |    dense  dense.g     tile   decode decode.g     auto |   gate gate+up   down | dn/dec "
            "dn.g/dec.g tile/dec auto/min auto\n");
     std::vector<double> fit_M, fit_n, fit_y;
     uint64_t seed = 7;
@@ -158,9 +159,11 @@ int main(int argc, char **argv) {
                 if (c == 1) cudaCheck(cudaGraphLaunch(gexec[0], s));
                 else if (c == 4) cudaCheck(cudaGraphLaunch(gexec[1], s));
                 else if (c == 6)
-                    for (int l = 0; l < L; l++) twell_decode_gate(X, Wg[l], ws.dec_g, M, D, F, s);
+                    for (int l = 0; l < L; l++)
+                        twell_decode_gate_up(X, Wg[l], Wu[l], ws.dec_g, ws.dec_cnt, ws.dec_ent, M, D, F, NULL, 0, s);
                 else if (c == 7)
-                    for (int l = 0; l < L; l++) twell_decode_up(X, Wu[l], ws.dec_g, ws.dec_cnt, ws.dec_ent, M, D, F, NULL, s);
+                    for (int l = 0; l < L; l++)
+                        twell_decode_gate_up(X, Wg[l], Wu[l], ws.dec_g, ws.dec_cnt, ws.dec_ent, M, D, F, NULL, 1, s);
                 else if (c == 8)
                     for (int l = 0; l < L; l++) twell_decode_down(WdT[l], ws.dec_cnt, ws.dec_ent, Y, M, D, F, s);
                 else pass(c == 0 ? 0 : c == 2 ? 1 : c == 3 ? 2 : 3);
@@ -191,7 +194,7 @@ int main(int argc, char **argv) {
             float med[NC];
             for (int c = 0; c < NC; c++) med[c] = median(t[c]);
             const float best = std::min(med[0], med[3]);
-            printf("%-3d %-6.4g %6.1f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %6.2f %6.2f %6.2f | %6.2f %10.2f %8.2f "
+            printf("%-3d %-6.4g %6.1f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %6.2f %7.2f %6.2f | %6.2f %10.2f %8.2f "
                    "%8.3f %s\n", M, target, mean_nnz, med[0], med[1], med[2], med[3], med[4], med[5], med[6], med[7],
                    med[8], med[0] / med[3], med[1] / med[4], med[2] / med[3], med[5] / best,
                    auto_path == TWELL_PATH_SPARSE ? "decode" : "dense");

@@ -971,21 +971,26 @@ static void test_decode(void **state) {
         TwellFFNWorkspace ws;
         assert_int_equal(twell_ffn_workspace_create(&ws, sh.M, sh.D, sh.F, 8, sh.gated), TWELL_OK);
         assert_int_equal(ws.decode_rows, sh.M);  // min(TWELL_DECODE_MAX_M, max_M)
-        const int tiles = sh.F / TWELL_TILE;
+        const int tiles = sh.F / TWELL_TILE, groups = sh.F / TWELL_DEC_GROUP;
         cudaCheck(cudaMemset(ws.dec_g, 0xFF, sizeof(bf16) * (size_t)sh.M * sh.F));  // poison
-        cudaCheck(cudaMemset(ws.dec_cnt, 0xFF, sizeof(int) * (size_t)sh.M * tiles));
+        cudaCheck(cudaMemset(ws.dec_cnt, 0xFF, sizeof(int) * (size_t)sh.M * groups));
+        cudaCheck(cudaMemset(ws.dec_ent, 0xFF, sizeof(uint2) * (size_t)sh.M * sh.F));
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "decode");
         assert_int_equal(r.path, TWELL_PATH_SPARSE);
         assert_int_equal(r.decode, 1);
         assert_int_equal(r.n_overflow, 0);
-        // The gate bit for bit, the tile counts, the device nnz count.
+        // The gate bit for bit; the group lists: counts, units in order, h = g * (x . Wu[unit]) (gated) or g; the
+        // device nnz count.
         std::vector<float> g((size_t)sh.M * sh.F);
         download_bf16(g.data(), ws.dec_g, g.size());
-        std::vector<int> cnt((size_t)sh.M * tiles);
+        std::vector<int> cnt((size_t)sh.M * groups);
         cudaCheck(cudaMemcpy(cnt.data(), ws.dec_cnt, sizeof(int) * cnt.size(), cudaMemcpyDeviceToHost));
+        std::vector<uint2> ent((size_t)sh.M * sh.F);
+        cudaCheck(cudaMemcpy(ent.data(), ws.dec_ent, sizeof(uint2) * ent.size(), cudaMemcpyDeviceToHost));
         long long want_nnz = 0;
         int full_tiles = 0;
-        for (int m = 0; m < sh.M; m++)
+        double worst_h = 0.0;
+        for (int m = 0; m < sh.M; m++) {
             for (int t = 0; t < tiles; t++) {
                 int c = 0;
                 for (int j = 0; j < TWELL_TILE; j++) {
@@ -996,15 +1001,45 @@ static void test_decode(void **state) {
                                  t * TWELL_TILE + j, g[k], want);
                     c += want > 0;
                 }
-                if (cnt[(size_t)m * tiles + t] != c)
-                    fail_msg("decode count row %d tile %d: %d, want %d", m, t, cnt[(size_t)m * tiles + t], c);
                 want_nnz += c;
                 full_tiles += c > TWELL_TILE / 8 - 1;  // tiles the C = 8 TwELL could not hold
             }
+            for (int gr = 0; gr < groups; gr++) {
+                int c = 0;
+                for (int u = 0; u < TWELL_DEC_GROUP; u++) {
+                    const int n = gr * TWELL_DEC_GROUP + u;
+                    const size_t k = (size_t)m * sh.F + n;
+                    if (!(g[k] > 0)) continue;
+                    const uint2 e = ent[(size_t)m * sh.F + gr * TWELL_DEC_GROUP + c++];
+                    if ((int)e.x != n)
+                        fail_msg("decode list row %d group %d: entry %d has unit %u, want %d", m, gr, c - 1, e.x, n);
+                    // non-gated: h = g; gated: g * (x . Wu[n]) in float64, the error relative to g * sum |x Wu|
+                    double want = g[k], scale = g[k];
+                    if (sh.gated) {
+                        double dot = 0.0, mag = 0.0;
+                        for (int d = 0; d < sh.D; d++) {
+                            const double p = (double)P.X[(size_t)m * sh.D + d] * (double)P.Wu[(size_t)n * sh.D + d];
+                            dot += p;
+                            mag += fabs(p);
+                        }
+                        want *= dot;
+                        scale *= mag;
+                    }
+                    float gotf;
+                    memcpy(&gotf, &e.y, sizeof gotf);
+                    const double err = fabs((double)gotf - want) / (scale > 0 ? scale : 1.0);
+                    if (!(err < 1e-5))
+                        fail_msg("decode list row %d unit %d: h = %.6g, want %.6g", m, n, (double)gotf, want);
+                    worst_h = err > worst_h ? err : worst_h;
+                }
+                if (cnt[(size_t)m * groups + gr] != c)
+                    fail_msg("decode count row %d group %d: %d, want %d", m, gr, cnt[(size_t)m * groups + gr], c);
+            }
+        }
         assert_true(*ws.dense_nnz_host == (unsigned long long)want_nnz);
-        printf("    decode M=%d D=%d F=%d gated=%d: gate bit-exact, %lld active (%.1f per row), %d tiles over the "
-               "TwELL C=8 capacity, none overflowing here\n", sh.M, sh.D, sh.F, sh.gated, want_nnz,
-               (double)want_nnz / sh.M, full_tiles);
+        printf("    decode M=%d D=%d F=%d gated=%d: gate bit-exact, %lld active (%.1f per row) listed in order, h "
+               "within %.1e of float64, %d tiles over the TwELL C=8 capacity, none overflowing here\n", sh.M, sh.D,
+               sh.F, sh.gated, want_nnz, (double)want_nnz / sh.M, worst_h, full_tiles);
         // Determinism, and the next call reads the count back (no sync in the decode call itself).
         std::vector<uint16_t> a((size_t)sh.M * sh.D), b((size_t)sh.M * sh.D);
         cudaCheck(cudaMemcpy(a.data(), P.dY, a.size() * 2, cudaMemcpyDeviceToHost));

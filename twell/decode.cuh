@@ -308,6 +308,9 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
     }
 }
 
+// 16-row tiles the gate takes for M rows (1, 2 or 4: its MT); at 4 every CTA re-reads 64 x rows, and the gate costs ~2x.
+static inline int twell_decode_gate_tiles(int M) { return M <= 16 ? 1 : M <= 32 ? 2 : 4; }
+
 // The launches (no checks: twell_decode_forward checks). W1 = Wg (gated) or Wu; Wu_up = Wu (gated) or NULL.
 // lists = 0 runs the gate alone (g only: for timing it, bench_decode).
 static inline void twell_decode_gate_up(const bf16 *X, const bf16 *W1, const bf16 *Wu_up, bf16 *g, int *cnt,
@@ -317,13 +320,14 @@ static inline void twell_decode_gate_up(const bf16 *X, const bf16 *W1, const bf1
     const int block = 32 * TWELL_DEC_GATE_WARPS;
 #define TWELL_DEC_GATE_LAUNCH(MT, L) \
     twell_decode_gate_kernel<MT, L><<<grid, block, 0, stream>>>(X, W1, Wu_up, g, cnt, ent, nnz, M, D, F)
+    const int mt = twell_decode_gate_tiles(M);
     if (lists) {
-        if (M <= 16) TWELL_DEC_GATE_LAUNCH(1, true);
-        else if (M <= 32) TWELL_DEC_GATE_LAUNCH(2, true);
+        if (mt == 1) TWELL_DEC_GATE_LAUNCH(1, true);
+        else if (mt == 2) TWELL_DEC_GATE_LAUNCH(2, true);
         else TWELL_DEC_GATE_LAUNCH(4, true);
     } else {
-        if (M <= 16) TWELL_DEC_GATE_LAUNCH(1, false);
-        else if (M <= 32) TWELL_DEC_GATE_LAUNCH(2, false);
+        if (mt == 1) TWELL_DEC_GATE_LAUNCH(1, false);
+        else if (mt == 2) TWELL_DEC_GATE_LAUNCH(2, false);
         else TWELL_DEC_GATE_LAUNCH(4, false);
     }
 #undef TWELL_DEC_GATE_LAUNCH

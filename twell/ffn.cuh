@@ -73,21 +73,26 @@
 #define TWELL_DISPATCH_FOVF 1.2
 #define TWELL_DISPATCH_MARGIN 0.03
 // The decode path's model (M <= decode_rows): predicted decode / dense = s0 + s1 * M * nnz + sm * M + sn * nnz
-// (twell_decode_predict; nnz = mean active units per row): at a few rows the dense FFN's time hardly depends on M (it
-// reads the weights once); the decode path pays a fixed cost (the gate reads Wg), a cost per row, and per active
-// (row, unit) pair 8 KB of weight rows, gathered with less parallelism when few rows carry many units (sn).
-// Defaults: the fit of `bench_decode --nnz 8,16,29,64,128,256,50%` (H200, D 2048, F 5632, 8 layers from HBM, eager
-// calls; run 68 of dev/RESULTS.md, the gate with the up fused): worst residual 0.124 on the 42 rows under ratio 2,
-// every row over 2 sent dense.
-#define TWELL_DECODE_S0 0.5956
-#define TWELL_DECODE_S1 2.861e-05
-#define TWELL_DECODE_SM 0.004236
-#define TWELL_DECODE_SN 0.0005332
+// + sg4 * [the gate takes 4 row tiles: M > 32] (twell_decode_predict; nnz = mean active units per row): at a few rows
+// the dense FFN's time hardly depends on M (it reads the weights once); the decode path pays a fixed cost (the gate
+// reads Wg), a cost per row, per active (row, unit) pair 8 KB of weight rows, gathered with less parallelism when few
+// rows carry many units (sn), and a step where its gate goes from 2 to 4 tiles of 16 rows (every CTA re-reads all
+// rows of x: 12.5 -> 20.5 us at D 2048, F 5632; without the step the fit is off by up to 0.11 and sent M 64 / nnz 64
+// to decode, 8% slower than dense, in run 70).
+// Defaults: the least-squares fit over the 70 rows under ratio 2 of runs 68 and 70 of dev/RESULTS.md (`bench_decode
+// --nnz 8,16,29,64,128,256,50%` and `--nnz 8,29,64,256,50%`; H200, D 2048, F 5632, 8 layers from HBM, eager calls; the
+// gate with the up fused): worst residual 0.079.
+#define TWELL_DECODE_S0 0.6213
+#define TWELL_DECODE_S1 3.113e-05
+#define TWELL_DECODE_SM 0.001158
+#define TWELL_DECODE_SN 0.0005029
+#define TWELL_DECODE_SG4 0.2082
 
 typedef struct {
     double s0, s1, fovf, margin;
     int calibrated;  // 1 after twell_ffn_calibrate
     double sm, sn;   // the decode model only: per row of the call, per active unit of a row (TWELL_DECODE_*)
+    double sg4;      // the decode model only: the step at M > 32 (a 4-tile gate)
 } TwellDispatchModel;
 
 typedef enum { TWELL_PATH_AUTO = 0, TWELL_PATH_DENSE = 1, TWELL_PATH_SPARSE = 2 } TwellPath;
@@ -258,6 +263,7 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->dec_model.fovf = 0.0;
     ws->dec_model.sm = TWELL_DECODE_SM;
     ws->dec_model.sn = TWELL_DECODE_SN;
+    ws->dec_model.sg4 = TWELL_DECODE_SG4;
     ws->dec_model.margin = TWELL_DISPATCH_MARGIN;
     ws->last_mean_nnz = -1.0;
     ws->last_ovf_frac = 0.0;
@@ -658,7 +664,7 @@ static inline double twell_dispatch_crossover(const TwellDispatchModel *m) {
 }
 // Predicted decode / dense time of a call of M rows with nnz active units per row (the decode model).
 static inline double twell_decode_predict(const TwellDispatchModel *m, int M, double nnz) {
-    return m->s0 + m->s1 * M * nnz + m->sm * M + m->sn * nnz;
+    return m->s0 + m->s1 * M * nnz + m->sm * M + m->sn * nnz + (twell_decode_gate_tiles(M) == 4 ? m->sg4 : 0.0);
 }
 // AUTO decision from a predicted sparse / dense ratio r, with hysteresis (prev: the last path or 0).
 static inline TwellPath twell_dispatch_decide_ratio(const TwellDispatchModel *m, double r, int prev) {

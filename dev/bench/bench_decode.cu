@@ -17,8 +17,8 @@
 //            its fused up (lists off: g only), the gate with it, the down
 // Then dense/decode, dense.g/decode.g, tile/decode, auto/min(dense, decode) and the path auto took. Before timing,
 // the decode output of layer 0 is checked against the dense one (relative error < 1e-2, else exit 1). At the end: a
-// least-squares fit of decode / dense = s0 + s1 M nnz + sm M + sn nnz over the rows (nnz: mean active units per
-// row): paste it into TWELL_DECODE_S0 / S1 / SM / SN (twell/ffn.cuh).
+// least-squares fit of decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32] over the rows (nnz: mean active
+// units per row): paste it into TWELL_DECODE_S0 / S1 / SM / SN / SG4 (twell/ffn.cuh).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,42 +204,55 @@ int main(int argc, char **argv) {
             fit_y.push_back(med[3] / med[0]);
         }
     }
-    // decode / dense = s0 + s1 M nnz + sm M + sn nnz: least squares (normal equations, Gauss-Jordan) over the rows
-    // with a ratio under 2 (the dispatch only needs the model right near 1; far-dense rows are checked after).
-    if (fit_y.size() >= 4) {
-        double A[4][5] = {{0}};
+    // decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32] (twell_decode_predict): least squares (normal
+    // equations, Gauss-Jordan) over the rows with a ratio under 2 (the dispatch only needs the model right near 1;
+    // far-dense rows are checked after). sg4 is fitted only when some row has M > 32 (else it is reported as 0).
+    {
+        int K = 4;
+        for (size_t i = 0; i < fit_y.size(); i++) K = twell_decode_gate_tiles((int)fit_M[i]) == 4 ? 5 : K;
+        auto feat = [&](size_t i, double f[5]) {
+            f[0] = 1.0; f[1] = fit_M[i] * fit_n[i]; f[2] = fit_M[i]; f[3] = fit_n[i];
+            f[4] = twell_decode_gate_tiles((int)fit_M[i]) == 4 ? 1.0 : 0.0;
+        };
+        double A[5][6] = {{0}};
+        int rows = 0;
         for (size_t i = 0; i < fit_y.size(); i++) {
             if (!(fit_y[i] < 2.0)) continue;
-            const double f[4] = {1.0, fit_M[i] * fit_n[i], fit_M[i], fit_n[i]};
-            for (int r = 0; r < 4; r++) {
-                for (int c = 0; c < 4; c++) A[r][c] += f[r] * f[c];
-                A[r][4] += f[r] * fit_y[i];
+            double f[5];
+            feat(i, f);
+            rows++;
+            for (int r = 0; r < K; r++) {
+                for (int c = 0; c < K; c++) A[r][c] += f[r] * f[c];
+                A[r][K] += f[r] * fit_y[i];
             }
         }
-        int ok = 1;
-        for (int c = 0; c < 4 && ok; c++) {
+        int ok = rows >= K;
+        for (int c = 0; c < K && ok; c++) {
             int p = c;
-            for (int r = c + 1; r < 4; r++) if (fabs(A[r][c]) > fabs(A[p][c])) p = r;
+            for (int r = c + 1; r < K; r++) if (fabs(A[r][c]) > fabs(A[p][c])) p = r;
             if (fabs(A[p][c]) < 1e-30) { ok = 0; break; }
-            for (int k = 0; k < 5; k++) std::swap(A[c][k], A[p][k]);
-            for (int r = 0; r < 4; r++) {
+            for (int k = 0; k <= K; k++) std::swap(A[c][k], A[p][k]);
+            for (int r = 0; r < K; r++) {
                 if (r == c) continue;
                 const double f = A[r][c] / A[c][c];
-                for (int k = 0; k < 5; k++) A[r][k] -= f * A[c][k];
+                for (int k = 0; k <= K; k++) A[r][k] -= f * A[c][k];
             }
         }
         if (ok) {
-            double x[4], worst = 0;
-            int used = 0, wrong_far = 0;
-            for (int r = 0; r < 4; r++) x[r] = A[r][4] / A[r][r];
+            double x[5] = {0, 0, 0, 0, 0}, worst = 0;
+            int wrong_far = 0;
+            for (int r = 0; r < K; r++) x[r] = A[r][K] / A[r][r];
             for (size_t i = 0; i < fit_y.size(); i++) {
-                const double pred = x[0] + x[1] * fit_M[i] * fit_n[i] + x[2] * fit_M[i] + x[3] * fit_n[i];
-                if (fit_y[i] < 2.0) { worst = std::max(worst, fabs(pred - fit_y[i])); used++; }
+                double f[5], pred = 0;
+                feat(i, f);
+                for (int r = 0; r < 5; r++) pred += x[r] * f[r];
+                if (fit_y[i] < 2.0) worst = std::max(worst, fabs(pred - fit_y[i]));
                 else wrong_far += !(pred > 1.0 + TWELL_DISPATCH_MARGIN);
             }
-            printf("\nfitted decode model (decode / dense = s0 + s1 M nnz + sm M + sn nnz, %d rows with a ratio < 2, worst "
-                   "residual %.3f; rows >= 2 it would not send dense: %d): TWELL_DECODE_S0 %.4g TWELL_DECODE_S1 %.4g "
-                   "TWELL_DECODE_SM %.4g TWELL_DECODE_SN %.4g\n", used, worst, wrong_far, x[0], x[1], x[2], x[3]);
+            printf("\nfitted decode model (decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32], %d rows with a "
+                   "ratio < 2, worst residual %.3f; rows >= 2 it would not send dense: %d): TWELL_DECODE_S0 %.4g "
+                   "TWELL_DECODE_S1 %.4g TWELL_DECODE_SM %.4g TWELL_DECODE_SN %.4g TWELL_DECODE_SG4 %.4g\n", rows, worst,
+                   wrong_far, x[0], x[1], x[2], x[3], x[4]);
         }
     }
     twell_ffn_workspace_free(&ws);

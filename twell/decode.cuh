@@ -58,7 +58,7 @@
 // Accumulator c[mt][b]: c0, c1 = (row 16 mt + g8, units n0 + 8b + 2q, +1), c2, c3 = (row + 8, the same units).
 // LISTS (the FFN; false only to time the gate alone): the CTA then lists its group's active (row, unit) pairs, row by
 // row in unit order, and its warps take them round-robin: h = g * dot(x[row], Wu[unit]) (gated; one warp per pair,
-// the whole 2 * D bytes in flight, fp32, fixed-order warp sum) or h = g (non-gated, Wu == NULL); it writes
+// up to 4 KB of each of the two rows in flight, fp32, fixed-order warp sum) or h = g (non-gated, Wu == NULL); it writes
 // cnt[row, group] and ent[row, 16 group + j] = (unit, fp32 bits of h), j < cnt, and adds its count to *nnz.
 template <int MT, bool LISTS>
 __global__ void __launch_bounds__(32 * TWELL_DEC_GATE_WARPS)

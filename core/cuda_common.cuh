@@ -89,4 +89,24 @@ __device__ __forceinline__ int warp_scan_incl(int v) {
     return v;
 }
 
+// Block-wide exclusive scan of one int per thread (NT threads); s_warp: NT / 32 + 1 ints of shared memory. Returns
+// the thread's exclusive prefix; *total = the sum. Every thread must call it.
+template <int NT>
+__device__ __forceinline__ int block_scan_excl(int v, int *s_warp, int *total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int incl = warp_scan_incl(v);
+    if (lane == 31) s_warp[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        const int w = lane < NT / 32 ? s_warp[lane] : 0, wi = warp_scan_incl(w);
+        if (lane < NT / 32) s_warp[lane] = wi - w;  // exclusive prefix of the warp
+        if (lane == 31) s_warp[NT / 32] = wi;
+    }
+    __syncthreads();
+    const int r = s_warp[warp] + incl - v;
+    *total = s_warp[NT / 32];
+    __syncthreads();  // s_warp may be reused right after
+    return r;
+}
+
 #endif  // SLLM_CUDA_COMMON_CUH

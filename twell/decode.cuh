@@ -225,7 +225,7 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
     constexpr int WARPS = TWELL_DEC_THREADS / 32, CAP = TWELL_DEC_DOWN_CAP, R = 8;
     __shared__ uint2 s_ent[CAP];
     __shared__ int s_pre[TWELL_DEC_MAX_F / TWELL_DEC_GROUP + 1];
-    __shared__ int s_wsum[WARPS];
+    __shared__ int s_wsum[WARPS + 1];
     __shared__ __align__(16) float red[WARPS][TWELL_TILE];
     const int slice = blockIdx.x, m = blockIdx.y, groups = F / TWELL_DEC_GROUP;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -243,23 +243,14 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
     const int per = (groups + TWELL_DEC_THREADS - 1) / TWELL_DEC_THREADS, i0 = threadIdx.x * per;
     int run = 0;
     for (int i = i0; i < i0 + per && i < groups; i++) run += s_pre[i + 1];
-    int inc = run;  // inclusive scan of the runs over the warp
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += v;
-    }
-    if (lane == 31) s_wsum[warp] = inc;
-    __syncthreads();
-    int off = inc - run;
-    for (int w = 0; w < warp; w++) off += s_wsum[w];
+    int total;
+    int off = block_scan_excl<TWELL_DEC_THREADS>(run, s_wsum, &total);
     for (int i = i0; i < i0 + per && i < groups; i++) {
         off += s_pre[i + 1];
         s_pre[i + 1] = off;
     }
     if (threadIdx.x == 0) s_pre[0] = 0;
     __syncthreads();
-    const int total = s_pre[groups];
     for (int base = 0; base < total; base += CAP) {
         const int n_here = total - base < CAP ? total - base : CAP;
         if (base > 0) __syncthreads();  // the warps are done with the previous window

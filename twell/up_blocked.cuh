@@ -108,26 +108,6 @@ static inline void twell_bu_free(TwellBlockedUpBuf *b) {
     memset(b, 0, sizeof(*b));
 }
 
-// Block-wide exclusive scan of one int per thread (NT threads); s_warp: NT / 32 + 1 ints of shared memory. Returns
-// the thread's exclusive prefix; *total = the sum. Every thread must call it.
-template <int NT>
-__device__ __forceinline__ int twell_bu_block_scan(int v, int *s_warp, int *total) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int incl = warp_scan_incl(v);
-    if (lane == 31) s_warp[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        const int w = lane < NT / 32 ? s_warp[lane] : 0, wi = warp_scan_incl(w);
-        if (lane < NT / 32) s_warp[lane] = wi - w;  // exclusive prefix of the warp
-        if (lane == 31) s_warp[NT / 32] = wi;
-    }
-    __syncthreads();
-    const int r = s_warp[warp] + incl - v;
-    *total = s_warp[NT / 32];
-    __syncthreads();  // s_warp may be reused right after
-    return r;
-}
-
 // 1. Build (see the header). Dynamic shared memory: twell_bu_build_smem(T, F, cap).
 template <int T>
 __global__ void __launch_bounds__(TWELL_BU_BUILD_NT)
@@ -172,7 +152,7 @@ twell_bu_build_kernel(const uint32_t *__restrict__ tw, int rows, int tiles, int 
     // Exclusive scan of the totals (one row per thread; T <= NT).
     const int my_tot = tid < T ? s_tot[tid] : -2;
     int total = 0;
-    const int my_base = twell_bu_block_scan<NT>(my_tot > 0 ? my_tot : 0, s_warp, &total);
+    const int my_base = block_scan_excl<NT>(my_tot > 0 ? my_tot : 0, s_warp, &total);
     if (tid < T) s_base[tid] = my_base;
     if (total > cap) {  // over capacity: the block's rows go to the token-major up
         if (tid == 0) {
@@ -225,7 +205,7 @@ twell_bu_build_kernel(const uint32_t *__restrict__ tw, int rows, int tiles, int 
             if (n < F) { const int c = s_unit[n]; v += c | ((c > 0) << 16); }
         }
         int sum = 0;
-        int ex = twell_bu_block_scan<NT>(v, s_warp, &sum);
+        int ex = block_scan_excl<NT>(v, s_warp, &sum);
         for (int k = 0; k < per; k++) {
             const int n = n0 + k;
             if (n < F) {

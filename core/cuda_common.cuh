@@ -109,4 +109,22 @@ __device__ __forceinline__ int block_scan_excl(int v, int *s_warp, int *total) {
     return r;
 }
 
+// Programmatic dependent launch (Hopper, sm_90+; no-ops when compiled for older GPUs). A kernel launched with the
+// cudaLaunchAttributeProgrammaticStreamSerialization attribute may start while the kernel before it on the stream is
+// still running, once every CTA of that kernel has called pdl_launch_dependents() (or exited):
+//   pdl_wait()               blocks until the previous kernel has COMPLETED and its writes are visible; call it before
+//                            reading anything the previous kernel writes and before writing anything it reads. Returns
+//                            at once when the launch had no programmatic dependency.
+//   pdl_launch_dependents()  lets the next kernel on the stream (if launched with the attribute) start; it changes
+//                            nothing about what that kernel may read: it still waits with pdl_wait().
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 #endif  // SLLM_CUDA_COMMON_CUH

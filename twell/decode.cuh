@@ -27,8 +27,11 @@
 //      into shared memory (counts -> block scan -> entries, all loads independent), its 8 warps take the entries
 //      round-robin (entry e to warp e % 8, 8 weight rows in flight), accumulate h * WdT[unit, slice] in fp32,
 //      then the 8 partial sums are added in warp order: y rounded once to bf16. Deterministic.
+// Both kernels are programmatic dependent launches (twell_ffn_set_decode_pdl, default on): the down is scheduled while
+// the gate lists its pairs and the next layer's gate while the down finishes, each waiting (griddepcontrol.wait) for the
+// kernel before it to complete before it touches its data: ~1 us less per layer, the same bits (stop 14).
 // The active gates are counted on the device (one atomic per gate CTA with actives) for the dispatch; twell/ffn.cuh
-// reads the count back at the next call, without a sync. (Until stop 13 the up was a kernel of its own, one CTA per
+// reads the count back at a later call, without a sync. (Until stop 13 the up was a kernel of its own, one CTA per
 // (256-unit tile, row): fusing it into the gate saves a launch and its dependent L2/HBM round trips, ~6 us at M 1.)
 #ifndef SLLM_TWELL_DECODE_CUH
 #define SLLM_TWELL_DECODE_CUH
@@ -41,7 +44,8 @@
 #define TWELL_DECODE_MAX_M 64     // rows per call the decode path takes (4 tiles of 16 rows in the gate)
 #define TWELL_DEC_GATE_WARPS 4    // split-K warps per gate CTA
 #define TWELL_DEC_GATE_NB 2       // 8-unit blocks per gate CTA (16 units)
-#define TWELL_DEC_GATE_UNROLL 4   // 64-column steps in flight per warp (half at more than 32 rows)
+#define TWELL_DEC_GATE_UNROLL 4   // 64-column steps in flight per warp (half at more than 32 rows; 8 is no faster,
+                                  // run 75: 2 CTAs per SM instead of 4)
 #define TWELL_DEC_GROUP (8 * TWELL_DEC_GATE_NB)  // units per gate CTA = per list group (16)
 #define TWELL_DEC_THREADS 256     // down CTAs
 #define TWELL_DEC_MAX_F 65536     // widest F: the down kernel keeps the F / 16 group offsets in shared memory
@@ -75,6 +79,7 @@ twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, q = lane & 3;
     const int n0 = blockIdx.x * UNITS;
     const int S = D / 64, s_begin = warp * S / WARPS, s_end = (warp + 1) * S / WARPS;
+    pdl_wait();  // as a programmatic dependent launch: the kernel before it (the previous layer's down) is complete
     const uint4 *wrow[NB];
 #pragma unroll
     for (int b = 0; b < NB; b++)
@@ -124,6 +129,7 @@ twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1
                 }
         }
     }
+    pdl_launch_dependents();  // W1 is read: the down kernel may be scheduled (it waits for this grid to complete)
     // Split-K sum in warp order: warps 1.. park their partial sums, warp 0 adds them and stores.
     if (warp > 0) {
 #pragma unroll
@@ -230,6 +236,7 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
     const int slice = blockIdx.x, m = blockIdx.y, groups = F / TWELL_DEC_GROUP;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c8 = slice * 32 + lane;  // this lane's 16-byte chunk of the row
+    pdl_wait();  // as a programmatic dependent launch: the gate's lists are complete and visible
     const bool lane_ok = c8 * 8 < D;
     const int *rc = cnt + (size_t)m * groups;
     const uint2 *re = ent + (size_t)m * F;
@@ -286,6 +293,7 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
             }
         }
     }
+    pdl_launch_dependents();  // the weight rows are read: the next layer's gate may be scheduled (it waits for us)
     float4 *rw = reinterpret_cast<float4 *>(&red[warp][8 * lane]);
     rw[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     rw[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
@@ -303,40 +311,55 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
 static inline int twell_decode_gate_tiles(int M) { return M <= 16 ? 1 : M <= 32 ? 2 : 4; }
 
 // The launches (no checks: twell_decode_forward checks). W1 = Wg (gated) or Wu; Wu_up = Wu (gated) or NULL.
-// lists = 0 runs the gate alone (g only: for timing it, bench_decode).
+// lists = 0 runs the gate alone (g only: for timing it, bench_decode). pdl = 1 launches both kernels as programmatic
+// dependents of the kernel before them on the stream (cudaLaunchAttributeProgrammaticStreamSerialization; captured
+// into CUDA graphs as programmatic edges): the down is scheduled while the gate lists its pairs, the next layer's gate
+// while the down adds its last rows; each waits (griddepcontrol.wait) before it reads what the kernel before it writes
+// or writes what it reads, so the results are the same bits either way (test_decode_pdl). It saves ~1 us per layer
+// (dev/RESULTS.md, run 74).
+static inline cudaLaunchConfig_t twell_decode_launch_config(dim3 grid, int block, int pdl, cudaLaunchAttribute *attr,
+                                                            cudaStream_t stream) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr->val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cfg;
+}
 static inline void twell_decode_gate_up(const bf16 *X, const bf16 *W1, const bf16 *Wu_up, bf16 *g, int *cnt,
-                                        uint2 *ent, int M, int D, int F, unsigned long long *nnz, int lists,
+                                        uint2 *ent, int M, int D, int F, unsigned long long *nnz, int lists, int pdl,
                                         cudaStream_t stream) {
-    const dim3 grid(F / TWELL_DEC_GROUP);
-    const int block = 32 * TWELL_DEC_GATE_WARPS;
-#define TWELL_DEC_GATE_LAUNCH(MT, L) \
-    twell_decode_gate_kernel<MT, L><<<grid, block, 0, stream>>>(X, W1, Wu_up, g, cnt, ent, nnz, M, D, F)
+    typedef void (*GateKernel)(const bf16 *, const bf16 *, const bf16 *, bf16 *, int *, uint2 *, unsigned long long *,
+                               int, int, int);
     const int mt = twell_decode_gate_tiles(M);
-    if (lists) {
-        if (mt == 1) TWELL_DEC_GATE_LAUNCH(1, true);
-        else if (mt == 2) TWELL_DEC_GATE_LAUNCH(2, true);
-        else TWELL_DEC_GATE_LAUNCH(4, true);
-    } else {
-        if (mt == 1) TWELL_DEC_GATE_LAUNCH(1, false);
-        else if (mt == 2) TWELL_DEC_GATE_LAUNCH(2, false);
-        else TWELL_DEC_GATE_LAUNCH(4, false);
-    }
-#undef TWELL_DEC_GATE_LAUNCH
-    cudaCheckLaunch();
+    const GateKernel kern =
+        lists ? (mt == 1 ? twell_decode_gate_kernel<1, true> : mt == 2 ? twell_decode_gate_kernel<2, true>
+                                                                       : twell_decode_gate_kernel<4, true>)
+              : (mt == 1 ? twell_decode_gate_kernel<1, false> : mt == 2 ? twell_decode_gate_kernel<2, false>
+                                                                        : twell_decode_gate_kernel<4, false>);
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg =
+        twell_decode_launch_config(dim3(F / TWELL_DEC_GROUP), 32 * TWELL_DEC_GATE_WARPS, pdl, &attr, stream);
+    cudaCheck(cudaLaunchKernelEx(&cfg, kern, X, W1, Wu_up, g, cnt, ent, nnz, M, D, F));
 }
 static inline void twell_decode_down(const bf16 *WdT, const int *cnt, const uint2 *ent, bf16 *Y, int M, int D, int F,
-                                     cudaStream_t stream) {
-    twell_decode_down_kernel<<<dim3(CEIL_DIV(D, TWELL_TILE), M), TWELL_DEC_THREADS, 0, stream>>>(WdT, cnt, ent, Y, D,
-                                                                                                 F);
-    cudaCheckLaunch();
+                                     int pdl, cudaStream_t stream) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg =
+        twell_decode_launch_config(dim3(CEIL_DIV(D, TWELL_TILE), M), TWELL_DEC_THREADS, pdl, &attr, stream);
+    cudaCheck(cudaLaunchKernelEx(&cfg, twell_decode_down_kernel, WdT, cnt, ent, Y, D, F));
 }
 
 // Launches the decode path on `stream`. Wg may be NULL when !gated (then Wu is the gate-and-up weight). nnz (may be
-// NULL): device counter the active gates are ADDED to. Returns TWELL_OK, or TWELL_ERR_SHAPE / TWELL_ERR_ARG with
-// a message naming the constraint (nothing launched).
+// NULL): device counter the active gates are ADDED to. pdl: programmatic dependent launches (see above). Returns
+// TWELL_OK, or TWELL_ERR_SHAPE / TWELL_ERR_ARG with a message naming the constraint (nothing launched).
 static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16 *Wu, const bf16 *WdT, bf16 *Y, int M,
                                        int D, int F, int gated, bf16 *g, int *cnt, uint2 *ent,
-                                       unsigned long long *nnz, cudaStream_t stream) {
+                                       unsigned long long *nnz, int pdl, cudaStream_t stream) {
     if (M < 1 || M > TWELL_DECODE_MAX_M) {
         fprintf(stderr, "error: twell_decode_forward: M=%d must be in [1, %d]\n", M, TWELL_DECODE_MAX_M);
         return TWELL_ERR_SHAPE;
@@ -356,8 +379,8 @@ static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16
         fprintf(stderr, "error: twell_decode_forward: pointers must be 16-byte aligned\n");
         return TWELL_ERR_ARG;
     }
-    twell_decode_gate_up(X, W1, gated ? Wu : NULL, g, cnt, ent, M, D, F, nnz, 1, stream);
-    twell_decode_down(WdT, cnt, ent, Y, M, D, F, stream);
+    twell_decode_gate_up(X, W1, gated ? Wu : NULL, g, cnt, ent, M, D, F, nnz, 1, pdl, stream);
+    twell_decode_down(WdT, cnt, ent, Y, M, D, F, pdl, stream);
     return TWELL_OK;
 }
 

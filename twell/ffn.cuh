@@ -21,7 +21,8 @@
 // Decode path (twell/decode.cuh): a sparse call of M <= ws->decode_rows rows (default TWELL_DECODE_MAX_M = 64;
 // twell_ffn_set_decode_rows, 0 = off) runs two small kernels instead (tensor-core GEMV gate with the up of its
 // active units fused, lists of the active units with no capacity limit; down): no host sync, no overflow rows, capturable in a CUDA graph.
-// Its count of active gates is read back at the next call, like the dense path's. TwellFFNResult.decode = 1.
+// Its count of active gates is read back at a later call, like the dense path's. TwellFFNResult.decode = 1. Its
+// kernels are programmatic dependent launches (twell_ffn_set_decode_pdl): consecutive layers overlap.
 //
 // Dense path: cuBLASLt gate and up GEMMs, relu*mul, down GEMM (chunks of dense_chunk_rows rows).
 //
@@ -183,6 +184,7 @@ typedef struct {
     // Decode path (twell/decode.cuh): sparse calls with M <= decode_rows (0: off) run it. Scratch for dec_alloc_rows
     // = min(TWELL_DECODE_MAX_M, max_M) rows: g [rows, F] bf16, cnt [rows, F/16], ent [rows, F] (unit, h).
     int decode_rows, dec_alloc_rows;
+    int dec_pdl;  // 1 (default): its kernels are programmatic dependent launches (twell_ffn_set_decode_pdl)
     bf16 *dec_g;
     int *dec_cnt;
     uint2 *dec_ent;
@@ -303,6 +305,7 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     // The decode path takes F <= TWELL_DEC_MAX_F (twell_decode_forward); past that every sparse call runs the tile path.
     ws->dec_alloc_rows = F > TWELL_DEC_MAX_F ? 0 : max_M < TWELL_DECODE_MAX_M ? max_M : TWELL_DECODE_MAX_M;
     ws->decode_rows = ws->dec_alloc_rows;
+    ws->dec_pdl = 1;
     const size_t dr = (size_t)ws->dec_alloc_rows;
     cudaCheck(cudaMalloc(&ws->dec_g, sizeof(bf16) * dr * F));
     cudaCheck(cudaMalloc(&ws->dec_cnt, sizeof(int) * dr * (F / TWELL_DEC_GROUP)));
@@ -320,6 +323,17 @@ static inline int twell_ffn_set_decode_rows(TwellFFNWorkspace *ws, int rows) {
         return TWELL_ERR_ARG;
     }
     ws->decode_rows = rows;
+    return TWELL_OK;
+}
+
+// The decode path's kernels as programmatic dependent launches (1, the default: a kernel is scheduled while the one
+// before it finishes, ~1 us per layer) or plain launches (0). The results are the same bits (test_decode_pdl).
+static inline int twell_ffn_set_decode_pdl(TwellFFNWorkspace *ws, int on) {
+    if (on != 0 && on != 1) {
+        fprintf(stderr, "error: twell_ffn_set_decode_pdl: on=%d must be 0 or 1\n", on);
+        return TWELL_ERR_ARG;
+    }
+    ws->dec_pdl = on;
     return TWELL_OK;
 }
 
@@ -740,13 +754,16 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         return TWELL_ERR_ARG;
     }
     // The paths without a host sync (decode, dense) count the active gates into ws->dense_nnz; the count is read
-    // back at the next call (not under capture: there the counter is not passed at all).
+    // back at a later call (not under capture: there the counter is not passed at all). While the copy of an earlier
+    // count has not landed yet, a call does not count (no memset, no copy): back-to-back calls (the layers of a
+    // decoding step) are then plain kernel launches, which the decode path's programmatic launches can overlap, and the
+    // estimate is the count of the newest call whose copy was issued.
     const int no_sync = path == TWELL_PATH_DENSE || decode;
-    unsigned long long *async_nnz = capturing || !no_sync ? NULL : ws->dense_nnz;
+    unsigned long long *async_nnz = capturing || !no_sync || ws->dense_nnz_pending ? NULL : ws->dense_nnz;
     if (async_nnz) cudaCheck(cudaMemsetAsync(async_nnz, 0, sizeof(unsigned long long), stream));
     if (path == TWELL_PATH_SPARSE && decode) {
         int e = twell_decode_forward(X, Wg, Wu, WdT, Y, M, ws->D, ws->F, ws->gated, ws->dec_g, ws->dec_cnt,
-                                     ws->dec_ent, async_nnz, stream);
+                                     ws->dec_ent, async_nnz, ws->dec_pdl, stream);
         if (e) return e;
         r.path = TWELL_PATH_SPARSE;
         r.decode = 1;

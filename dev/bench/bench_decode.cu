@@ -10,13 +10,18 @@
 //   dense    twell_ffn_forward(DENSE) per layer: cuBLASLt gate and up GEMMs, relu*mul, down GEMM
 //   dense.g  the same pass captured once as a CUDA graph and replayed (no launch overhead)
 //   tile     SPARSE with the decode path off: cuBLASLt mask gate -> TwELL, the split up/down, a host sync per layer
-//   decode   SPARSE at M <= decode_rows (the default): gate GEMV with the up fused, down; no sync
+//   decode   SPARSE at M <= decode_rows (the default): gate GEMV with the up fused, down; no sync; programmatic
+//            dependent launches (a kernel is scheduled while the one before it finishes)
 //   decode.g the decode pass captured as a CUDA graph
+//   dec.np / dec.g.np   the same two with plain launches (twell_ffn_set_decode_pdl(ws, 0))
+//   gate.l2  the gate alone over layer 0's weights L times (W1 comes from L2 after the first: what a gate whose weights
+//            were prefetched perfectly would take)
 //   auto     AUTO (the decode model, TWELL_DECODE_*), its own workspace
 //   gate / gate+up / down   the decode path's kernels alone (one pass over the layers each): the gate GEMV without
 //            its fused up (lists off: g only), the gate with it, the down
-// Then dense/decode, dense.g/decode.g, tile/decode, auto/min(dense, decode) and the path auto took. Before timing,
-// the decode output of layer 0 is checked against the dense one (relative error < 1e-2, else exit 1). At the end: a
+// The kernels-alone columns use the programmatic launches too. Then dense/decode, dense.g/decode.g, tile/decode,
+// auto/min(dense, decode) and the path auto took. Before timing, the decode output of layer 0 is checked against the
+// dense one (relative error < 1e-2, else exit 1). At the end: a
 // least-squares fit of decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32] over the rows (nnz: mean active
 // units per row): paste it into TWELL_DECODE_S0 / S1 / SM / SN / SG4 (twell/ffn.cuh).
 #include <math.h>
@@ -97,8 +102,8 @@ int main(int argc, char **argv) {
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
-    printf("\nM   nnz    meannz |    dense  dense.g     tile   decode decode.g     auto |   gate gate+up   down | dn/dec "
-           "dn.g/dec.g tile/dec auto/min auto\n");
+    printf("\nM   nnz    meannz |    dense  dense.g     tile   decode decode.g     auto |   gate gate+up   down | "
+           "dec.np dec.g.np gate.l2 | dn/dec dn.g/dec.g tile/dec auto/min auto\n");
     std::vector<double> fit_M, fit_n, fit_y;
     uint64_t seed = 7;
     for (double mv : Ms) {
@@ -119,8 +124,10 @@ int main(int argc, char **argv) {
                         twell_ffn_set_decode_rows(&ws, 0);
                         e = twell_ffn_forward(&mm, &ws, X, Wg[l], Wu[l], WdT[l], Y, M, TWELL_PATH_SPARSE, -1, &r, s);
                         twell_ffn_set_decode_rows(&ws, ws.dec_alloc_rows);
-                    } else if (col == 2) {
+                    } else if (col == 2 || col == 4) {  // 4: plain launches
+                        if (col == 4) twell_ffn_set_decode_pdl(&ws, 0);
                         e = twell_ffn_forward(&mm, &ws, X, Wg[l], Wu[l], WdT[l], Y, M, TWELL_PATH_SPARSE, -1, &r, s);
+                        twell_ffn_set_decode_pdl(&ws, 1);
                     } else {
                         e = twell_ffn_forward(&mm, &wa, X, Wg[l], Wu[l], WdT[l], Y, M, TWELL_PATH_AUTO, -1, &r, s);
                         auto_path = (TwellPath)r.path;
@@ -136,37 +143,44 @@ int main(int argc, char **argv) {
             double h[3];
             cudaCheck(cudaMemcpyAsync(h, dsum, sizeof h, cudaMemcpyDeviceToHost, s));
             cudaCheck(cudaStreamSynchronize(s));
-            const double mean_nnz = (double)*ws.dense_nnz_host / M;  // the decode call's count (synced above)
+            // The count of the dense or of the decode call above (whichever issued its copy; the same gates), synced.
+            const double mean_nnz = (double)*ws.dense_nnz_host / M;
             const double rel = h[1] > 0 ? sqrt(h[0] / h[1]) : sqrt(h[0]);
             if (!(rel < 1e-2) || h[2] > 0) {
                 fprintf(stderr, "error: bench_decode: M=%d nnz %.0f: decode vs dense rel err %.3e (%g non-finite)\n", M,
                         target, rel, h[2]);
                 return 1;
             }
-            // Graphs of the dense and decode passes.
-            cudaGraphExec_t gexec[2];
-            for (int g = 0; g < 2; g++) {
+            // Graphs of the dense pass and of the decode pass with programmatic and with plain launches.
+            const int NG = 3;
+            cudaGraphExec_t gexec[NG];
+            for (int g = 0; g < NG; g++) {
                 cudaGraph_t graph;
                 cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                pass(g == 0 ? 0 : 2);
+                pass(g == 0 ? 0 : g == 1 ? 2 : 4);
                 cudaCheck(cudaStreamEndCapture(s, &graph));
                 cudaCheck(cudaGraphInstantiate(&gexec[g], graph, 0));
                 cudaCheck(cudaGraphDestroy(graph));
             }
-            // Columns: 0 dense, 1 dense.g, 2 tile, 3 decode, 4 decode.g, 5 auto, 6-8 the decode kernels alone.
-            const int NC = 9;
+            // Columns: 0 dense, 1 dense.g, 2 tile, 3 decode, 4 decode.g, 5 auto, 6-8 the decode kernels alone,
+            // 9 dec.np, 10 dec.g.np, 11 gate.l2.
+            const int NC = 12;
             auto run_col = [&](int c) {
                 if (c == 1) cudaCheck(cudaGraphLaunch(gexec[0], s));
                 else if (c == 4) cudaCheck(cudaGraphLaunch(gexec[1], s));
+                else if (c == 10) cudaCheck(cudaGraphLaunch(gexec[2], s));
                 else if (c == 6)
                     for (int l = 0; l < L; l++)
-                        twell_decode_gate_up(X, Wg[l], Wu[l], ws.dec_g, ws.dec_cnt, ws.dec_ent, M, D, F, NULL, 0, s);
+                        twell_decode_gate_up(X, Wg[l], Wu[l], ws.dec_g, ws.dec_cnt, ws.dec_ent, M, D, F, NULL, 0, 1, s);
                 else if (c == 7)
                     for (int l = 0; l < L; l++)
-                        twell_decode_gate_up(X, Wg[l], Wu[l], ws.dec_g, ws.dec_cnt, ws.dec_ent, M, D, F, NULL, 1, s);
+                        twell_decode_gate_up(X, Wg[l], Wu[l], ws.dec_g, ws.dec_cnt, ws.dec_ent, M, D, F, NULL, 1, 1, s);
+                else if (c == 11)
+                    for (int l = 0; l < L; l++)
+                        twell_decode_gate_up(X, Wg[0], Wu[0], ws.dec_g, ws.dec_cnt, ws.dec_ent, M, D, F, NULL, 0, 1, s);
                 else if (c == 8)
-                    for (int l = 0; l < L; l++) twell_decode_down(WdT[l], ws.dec_cnt, ws.dec_ent, Y, M, D, F, s);
-                else pass(c == 0 ? 0 : c == 2 ? 1 : c == 3 ? 2 : 3);
+                    for (int l = 0; l < L; l++) twell_decode_down(WdT[l], ws.dec_cnt, ws.dec_ent, Y, M, D, F, 1, s);
+                else pass(c == 0 ? 0 : c == 2 ? 1 : c == 3 ? 2 : c == 9 ? 4 : 3);
             };
             for (int c = 0; c < NC; c++) run_col(c);  // warm-up (auto: dispatch history)
             cudaCheck(cudaStreamSynchronize(s));
@@ -190,14 +204,14 @@ int main(int argc, char **argv) {
                     t[c].push_back(ms * 1000.0f / L);
                 }
             }
-            for (int g = 0; g < 2; g++) cudaCheck(cudaGraphExecDestroy(gexec[g]));
+            for (int g = 0; g < NG; g++) cudaCheck(cudaGraphExecDestroy(gexec[g]));
             float med[NC];
             for (int c = 0; c < NC; c++) med[c] = median(t[c]);
             const float best = std::min(med[0], med[3]);
-            printf("%-3d %-6.4g %6.1f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %6.2f %7.2f %6.2f | %6.2f %10.2f %8.2f "
-                   "%8.3f %s\n", M, target, mean_nnz, med[0], med[1], med[2], med[3], med[4], med[5], med[6], med[7],
-                   med[8], med[0] / med[3], med[1] / med[4], med[2] / med[3], med[5] / best,
-                   auto_path == TWELL_PATH_SPARSE ? "decode" : "dense");
+            printf("%-3d %-6.4g %6.1f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %6.2f %7.2f %6.2f | %6.2f %8.2f %7.2f | "
+                   "%6.2f %10.2f %8.2f %8.3f %s\n", M, target, mean_nnz, med[0], med[1], med[2], med[3], med[4], med[5],
+                   med[6], med[7], med[8], med[9], med[10], med[11], med[0] / med[3], med[1] / med[4], med[2] / med[3],
+                   med[5] / best, auto_path == TWELL_PATH_SPARSE ? "decode" : "dense");
             fflush(stdout);
             fit_M.push_back(M);
             fit_n.push_back(mean_nnz);

@@ -859,18 +859,20 @@ static void test_shape_errors(void **state) {
     assert_int_equal(ws.decode_rows, 64);
     assert_int_equal(twell_ffn_set_decode_rows(&ws, 65), TWELL_ERR_ARG);
     assert_int_equal(twell_ffn_set_decode_rows(&ws, -1), TWELL_ERR_ARG);
+    assert_int_equal(twell_ffn_set_decode_pdl(&ws, 8), TWELL_ERR_ARG);
+    assert_int_equal(twell_ffn_set_decode_pdl(&ws, -1), TWELL_ERR_ARG);
     assert_int_equal(twell_decode_forward(buf, buf, buf, buf, buf, 65, 128, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
-                                          NULL, 0), TWELL_ERR_SHAPE);
+                                          NULL, 1, 0), TWELL_ERR_SHAPE);
     assert_int_equal(twell_decode_forward(buf, buf, buf, buf, buf, 0, 128, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
-                                          NULL, 0), TWELL_ERR_SHAPE);
+                                          NULL, 1, 0), TWELL_ERR_SHAPE);
     assert_int_equal(twell_decode_forward(buf, buf, buf, buf, buf, 8, 96, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
-                                          NULL, 0), TWELL_ERR_SHAPE);
+                                          NULL, 1, 0), TWELL_ERR_SHAPE);
     assert_int_equal(twell_decode_forward(buf, buf, buf, buf, buf, 8, 128, 300, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
-                                          NULL, 0), TWELL_ERR_SHAPE);
+                                          NULL, 1, 0), TWELL_ERR_SHAPE);
     assert_int_equal(twell_decode_forward(buf + 1, buf, buf, buf, buf, 8, 128, 512, 1, ws.dec_g, ws.dec_cnt,
-                                          ws.dec_ent, NULL, 0), TWELL_ERR_ARG);
+                                          ws.dec_ent, NULL, 1, 0), TWELL_ERR_ARG);
     assert_int_equal(twell_decode_forward(buf, NULL, buf, buf, buf, 8, 128, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
-                                          NULL, 0), TWELL_ERR_ARG);
+                                          NULL, 1, 0), TWELL_ERR_ARG);
     {  // F > 65536: no decode path (the tile path runs every sparse call), and it cannot be switched on
         TwellFFNWorkspace w3;
         assert_int_equal(twell_ffn_workspace_create(&w3, 4, 64, 65792, 8, 1), TWELL_OK);
@@ -1123,6 +1125,118 @@ static void test_decode_graph(void **state) {
     problem_free(&P);
 }
 
+// The decode path's programmatic dependent launches (twell_ffn_set_decode_pdl): L layers through ONE workspace (each
+// layer reuses the g / cnt / ent scratch the layer before reads), launched back to back with no sync, eagerly and as a
+// CUDA graph (buffers and scratch poisoned first), equal the same layers run with plain launches and a device sync
+// after every layer, bit for bit. In the
+// chained problems layer l + 1 reads layer l's output (X_{l+1} = Y_l; its W1 has no large selector columns, so the
+// values stay finite): a gate that read X, or overwrote the lists, before the kernel before it finished would differ.
+// M 1 / 4 / 16 / 64 (1, 1 and 4 row tiles in the gate), gated and non-gated.
+static void test_decode_pdl(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    struct { DShape sh; int chain; } cases[] = {{{1, 2048, 5632, 1, ROW_UNIFORM, 29}, 0},
+                                                {{16, 512, 2048, 1, ROW_MIX, 0}, 0},
+                                                {{4, 2048, 5632, 0, ROW_UNIFORM, 29}, 1},
+                                                {{64, 256, 1024, 0, ROW_UNIFORM, 64}, 1}};
+    const int L = 4;
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const DShape sh = cases[i].sh;
+        const int chain = cases[i].chain;
+        Problem P[L];
+        for (int l = 0; l < L; l++) {
+            problem_make(&P[l], sh.M, sh.D, sh.F, 8, sh.gated, sh.kind, sh.nnz, g_seed + 9700 + 13 * i + l);
+            if (chain && l > 0) {  // X is the previous layer's output: no selector columns (x[1..4] * BIG)
+                for (int n = 0; n < sh.F; n++)
+                    for (int d = 0; d < 5; d++) P[l].W1[(size_t)n * sh.D + d] = 0.0f;
+                upload_bf16(P[l].dW1, P[l].W1.data(), P[l].W1.size());
+            }
+        }
+        TwellFFNWorkspace ws;
+        assert_int_equal(twell_ffn_workspace_create(&ws, sh.M, sh.D, sh.F, 8, sh.gated), TWELL_OK);
+        const size_t n = (size_t)sh.M * sh.D;
+        bf16 *out[L];
+        for (int l = 0; l < L; l++) cudaCheck(cudaMalloc(&out[l], sizeof(bf16) * n));
+        auto layer = [&](int l) {
+            TwellFFNResult r;
+            const bf16 *X = chain && l > 0 ? out[l - 1] : P[l].dX;
+            const int e = twell_ffn_forward(&g_mm, &ws, X, sh.gated ? P[l].dW1 : NULL, sh.gated ? P[l].dWu : P[l].dW1,
+                                            P[l].dWdT, out[l], sh.M, TWELL_PATH_SPARSE, -1, &r, s);
+            assert_int_equal(e, TWELL_OK);
+            assert_int_equal(r.decode, 1);
+        };
+        auto poison = [&]() {
+            for (int l = 0; l < L; l++) cudaCheck(cudaMemsetAsync(out[l], 0xFF, sizeof(bf16) * n, s));
+            cudaCheck(cudaMemsetAsync(ws.dec_cnt, 0xFF, sizeof(int) * sh.M * (sh.F / TWELL_DEC_GROUP), s));
+            cudaCheck(cudaMemsetAsync(ws.dec_ent, 0xFF, sizeof(uint2) * sh.M * sh.F, s));
+        };
+        auto compare = [&](const std::vector<std::vector<uint16_t>> &want, const char *how) {
+            cudaCheck(cudaStreamSynchronize(s));
+            std::vector<uint16_t> got(n);
+            for (int l = 0; l < L; l++) {
+                cudaCheck(cudaMemcpy(got.data(), out[l], n * 2, cudaMemcpyDeviceToHost));
+                if (memcmp(want[l].data(), got.data(), n * 2))
+                    fail_msg("decode layers M=%d chain=%d: layer %d differs with programmatic launches (%s)", sh.M,
+                             chain, l, how);
+            }
+        };
+        // Reference: plain launches, a sync after every layer.
+        assert_int_equal(twell_ffn_set_decode_pdl(&ws, 0), TWELL_OK);
+        poison();
+        std::vector<std::vector<uint16_t>> want(L, std::vector<uint16_t>(n));
+        double nnz[L];
+        for (int l = 0; l < L; l++) {
+            layer(l);
+            wait_or_die(s, 20.0, "decode layers (plain launches)");
+            layer(l);  // again, on the same input: picks up the count of the call before (its copy has landed)
+            wait_or_die(s, 20.0, "decode layers (plain launches)");
+            nnz[l] = ws.last_mean_nnz;
+            cudaCheck(cudaMemcpy(want[l].data(), out[l], n * 2, cudaMemcpyDeviceToHost));
+        }
+        int nonzero = 0;
+        for (int l = 0; l < L; l++)
+            for (size_t k = 0; k < n; k++) {
+                const uint16_t v = want[l][k];
+                if ((v & 0x7F80) == 0x7F80)
+                    fail_msg("decode layers M=%d chain=%d: layer %d output %zu not finite (0x%04x)", sh.M, chain, l, k,
+                             v);
+                nonzero += (v & 0x7FFF) != 0;
+            }
+        assert_true(nonzero > 0);
+        assert_int_equal(twell_ffn_set_decode_pdl(&ws, 1), TWELL_OK);
+        for (int rep = 0; rep < 2; rep++) {
+            poison();
+            for (int l = 0; l < L; l++) layer(l);
+            wait_or_die(s, 20.0, "decode layers (programmatic launches)");
+            compare(want, "eager");
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            for (int l = 0; l < L; l++) layer(l);
+            cudaCheck(cudaStreamEndCapture(s, &graph));
+            size_t nodes = 0;
+            cudaCheck(cudaGraphGetNodes(graph, NULL, &nodes));
+            assert_int_equal(nodes, 2 * L);  // a gate and a down per layer, nothing else
+            cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+            poison();
+            cudaCheck(cudaGraphLaunch(exec, s));
+            wait_or_die(s, 20.0, "decode layers graph (programmatic launches)");
+            compare(want, "graph");
+            cudaCheck(cudaGraphExecDestroy(exec));
+            cudaCheck(cudaGraphDestroy(graph));
+        }
+        printf("    decode M=%d D=%d F=%d gated=%d, %d layers%s (mean active units %.1f %.1f %.1f %.1f): programmatic "
+               "launches, eager and as a graph (x2), bit-identical to plain launches with a sync per layer\n", sh.M, sh.D,
+               sh.F, sh.gated, L, chain ? " chained (X = the previous Y)" : "", nnz[0], nnz[1], nnz[2], nnz[3]);
+        for (int l = 0; l < L; l++) cudaCheck(cudaFree(out[l]));
+        twell_ffn_workspace_free(&ws);
+        for (int l = 0; l < L; l++) problem_free(&P[l]);
+    }
+    cudaCheck(cudaStreamDestroy(s));
+}
+
 // --selfcheck: CPU-only check of the problem generator (runs without a GPU): overflow rows and nnz.
 static int selfcheck(void) {
     for (size_t i = 0; i < sizeof kShapes / sizeof kShapes[0]; i++) {
@@ -1180,6 +1294,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_dispatch_model),      cmocka_unit_test(test_calibrate),
         cmocka_unit_test(test_decode),              cmocka_unit_test(test_decode_graph),
+        cmocka_unit_test(test_decode_pdl),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     for (size_t i = 0; i < N_WSHAPES + 3; i++)

@@ -80,14 +80,25 @@
 // rows carry many units (sn), and a step where its gate goes from 2 to 4 tiles of 16 rows (every CTA re-reads all
 // rows of x: 12.5 -> 20.5 us at D 2048, F 5632; without the step the fit is off by up to 0.11 and sent M 64 / nnz 64
 // to decode, 8% slower than dense, in run 70).
-// Defaults: the least-squares fit over the 70 rows under ratio 2 of runs 68 and 70 of dev/RESULTS.md (`bench_decode
-// --nnz 8,16,29,64,128,256,50%` and `--nnz 8,29,64,256,50%`; H200, D 2048, F 5632, 8 layers from HBM, eager calls; the
-// gate with the up fused): worst residual 0.079.
-#define TWELL_DECODE_S0 0.6213
-#define TWELL_DECODE_S1 3.113e-05
-#define TWELL_DECODE_SM 0.001158
-#define TWELL_DECODE_SN 0.0005029
-#define TWELL_DECODE_SG4 0.2082
+// Defaults: the least-squares fit over the 30 rows under ratio 2 of run 76 of dev/RESULTS.md (`bench_decode --nnz
+// 8,29,64,256,50%`; H200, D 2048, F 5632, 8 layers from HBM, eager calls; the gate with the up fused, programmatic
+// launches): worst residual 0.074. (Runs 68 and 70, before the programmatic launches: 0.6213 / 3.113e-05 / 0.001158 /
+// 0.0005029 / 0.2082.)
+#define TWELL_DECODE_S0 0.4415
+#define TWELL_DECODE_S1 3.654e-05
+#define TWELL_DECODE_SM 0.002282
+#define TWELL_DECODE_SN 0.0004937
+#define TWELL_DECODE_SG4 0.1814
+// The same model for calls captured into a CUDA graph (TWELL_DECODE_G_*; twell_ffn_forward picks it under stream
+// capture): the ratio of the two paths' graph times, which leaves out the host's launch cost (eager, the dense path's 4
+// launches per layer cost more host time than the decode path's 2, and the eager dense time varies by up to 2x from run
+// to run with the host: 37-73 us per layer at M 64, run 75). Defaults: bench_decode's "fitted graph model" of run 76
+// (28 rows under ratio 2, worst residual 0.070).
+#define TWELL_DECODE_G_S0 0.4565
+#define TWELL_DECODE_G_S1 4.569e-05
+#define TWELL_DECODE_G_SM 0.00166
+#define TWELL_DECODE_G_SN 0.0007622
+#define TWELL_DECODE_G_SG4 0.2984
 
 typedef struct {
     double s0, s1, fovf, margin;
@@ -188,7 +199,8 @@ typedef struct {
     bf16 *dec_g;
     int *dec_cnt;
     uint2 *dec_ent;
-    TwellDispatchModel dec_model;  // AUTO at M <= decode_rows: twell_decode_predict, see TWELL_DECODE_S0
+    TwellDispatchModel dec_model;        // AUTO at M <= decode_rows: twell_decode_predict, see TWELL_DECODE_S0
+    TwellDispatchModel dec_model_graph;  // the same under stream capture (TWELL_DECODE_G_*)
     // dispatch state
     double last_mean_nnz;  // -1: unknown
     double last_ovf_frac;
@@ -267,6 +279,12 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->dec_model.sn = TWELL_DECODE_SN;
     ws->dec_model.sg4 = TWELL_DECODE_SG4;
     ws->dec_model.margin = TWELL_DISPATCH_MARGIN;
+    ws->dec_model_graph = ws->dec_model;
+    ws->dec_model_graph.s0 = TWELL_DECODE_G_S0;
+    ws->dec_model_graph.s1 = TWELL_DECODE_G_S1;
+    ws->dec_model_graph.sm = TWELL_DECODE_G_SM;
+    ws->dec_model_graph.sn = TWELL_DECODE_G_SN;
+    ws->dec_model_graph.sg4 = TWELL_DECODE_G_SG4;
     ws->last_mean_nnz = -1.0;
     ws->last_ovf_frac = 0.0;
     ws->last_sparse_share = 1.0;
@@ -335,6 +353,19 @@ static inline int twell_ffn_set_decode_pdl(TwellFFNWorkspace *ws, int on) {
     }
     ws->dec_pdl = on;
     return TWELL_OK;
+}
+
+// The dense and decode paths count the active gates on the device and the count comes back without a sync, at a
+// later call; under stream capture nothing is read back, and AUTO decides with the estimate it has. Call this before
+// capturing a graph: it waits for the newest count copy in flight (if any), makes it the estimate and returns it
+// (mean active units per row; -1 if none is known yet).
+static inline double twell_ffn_read_count(TwellFFNWorkspace *ws) {
+    if (ws->dense_nnz_pending) {
+        cudaCheck(cudaEventSynchronize(ws->dense_nnz_ready));
+        ws->last_mean_nnz = (double)*ws->dense_nnz_host / (double)ws->dense_nnz_pending_M;
+        ws->dense_nnz_pending = 0;
+    }
+    return ws->last_mean_nnz;
 }
 
 // Sets the gate chunk (rows per GEMM + pack); grows the two scratch buffers if needed (synchronizes
@@ -736,10 +767,11 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     if (path == TWELL_PATH_AUTO) {
         if (nnz_hint < 0 && ws->last_mean_nnz < 0)  // unknown: run sparse, which measures
             path = TWELL_PATH_SPARSE;
-        else if (decode)  // its own model (M and nnz; no overflow rows)
+        else if (decode) {  // its own model (M and nnz; no overflow rows), the graph one under capture
+            const TwellDispatchModel *dm = capturing ? &ws->dec_model_graph : &ws->dec_model;
             path = twell_dispatch_decide_ratio(
-                &ws->dec_model, twell_decode_predict(&ws->dec_model, M, nnz_hint >= 0 ? nnz_hint : ws->last_mean_nnz),
-                ws->last_path);
+                dm, twell_decode_predict(dm, M, nnz_hint >= 0 ? nnz_hint : ws->last_mean_nnz), ws->last_path);
+        }
         else if (nnz_hint >= 0)  // the caller's estimate decides alone (no overflow assumed)
             path = twell_dispatch_decide(&ws->model, nnz_hint, 0.0, ws->last_path);
         else

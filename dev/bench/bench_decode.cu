@@ -17,13 +17,16 @@
 //   gate.l2  the gate alone over layer 0's weights L times (W1 comes from L2 after the first: what a gate whose weights
 //            were prefetched perfectly would take)
 //   auto     AUTO (the decode model, TWELL_DECODE_*), its own workspace
+//   auto.g   the AUTO pass captured as a CUDA graph after the warm-up (paths decided at capture by the graph model,
+//            TWELL_DECODE_G_*), compared with min(dense.g, decode.g)
 //   gate / gate+up / down   the decode path's kernels alone (one pass over the layers each): the gate GEMV without
 //            its fused up (lists off: g only), the gate with it, the down
 // The kernels-alone columns use the programmatic launches too. Then dense/decode, dense.g/decode.g, tile/decode,
 // auto/min(dense, decode) and the path auto took. Before timing, the decode output of layer 0 is checked against the
 // dense one (relative error < 1e-2, else exit 1). At the end: a
 // least-squares fit of decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32] over the rows (nnz: mean active
-// units per row): paste it into TWELL_DECODE_S0 / S1 / SM / SN / SG4 (twell/ffn.cuh).
+// units per row), eager (paste it into TWELL_DECODE_S0 / S1 / SM / SN / SG4, twell/ffn.cuh) and from the graphs
+// (decode.g / dense.g: TWELL_DECODE_G_*).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +40,62 @@
 #include "matmul.cuh"
 #include "twell/ffn.cuh"
 #include "dev/bench/bench_gen.cuh"
+
+// decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32] (twell_decode_predict): least squares (normal
+// equations, Gauss-Jordan) over the rows with a ratio under 2 (the dispatch only needs the model right near 1; far-dense
+// rows are checked after). sg4 is fitted only when some row has M > 32 (else it is reported as 0). Prints the constants
+// as `prefix`S0 ...
+static void fit_decode_model(const char *what, const char *prefix, const std::vector<double> &fit_M,
+                             const std::vector<double> &fit_n, const std::vector<double> &fit_y) {
+    {
+        int K = 4;
+        for (size_t i = 0; i < fit_y.size(); i++) K = twell_decode_gate_tiles((int)fit_M[i]) == 4 ? 5 : K;
+        auto feat = [&](size_t i, double f[5]) {
+            f[0] = 1.0; f[1] = fit_M[i] * fit_n[i]; f[2] = fit_M[i]; f[3] = fit_n[i];
+            f[4] = twell_decode_gate_tiles((int)fit_M[i]) == 4 ? 1.0 : 0.0;
+        };
+        double A[5][6] = {{0}};
+        int rows = 0;
+        for (size_t i = 0; i < fit_y.size(); i++) {
+            if (!(fit_y[i] < 2.0)) continue;
+            double f[5];
+            feat(i, f);
+            rows++;
+            for (int r = 0; r < K; r++) {
+                for (int c = 0; c < K; c++) A[r][c] += f[r] * f[c];
+                A[r][K] += f[r] * fit_y[i];
+            }
+        }
+        int ok = rows >= K;
+        for (int c = 0; c < K && ok; c++) {
+            int p = c;
+            for (int r = c + 1; r < K; r++) if (fabs(A[r][c]) > fabs(A[p][c])) p = r;
+            if (fabs(A[p][c]) < 1e-30) { ok = 0; break; }
+            for (int k = 0; k <= K; k++) std::swap(A[c][k], A[p][k]);
+            for (int r = 0; r < K; r++) {
+                if (r == c) continue;
+                const double f = A[r][c] / A[c][c];
+                for (int k = 0; k <= K; k++) A[r][k] -= f * A[c][k];
+            }
+        }
+        if (ok) {
+            double x[5] = {0, 0, 0, 0, 0}, worst = 0;
+            int wrong_far = 0;
+            for (int r = 0; r < K; r++) x[r] = A[r][K] / A[r][r];
+            for (size_t i = 0; i < fit_y.size(); i++) {
+                double f[5], pred = 0;
+                feat(i, f);
+                for (int r = 0; r < 5; r++) pred += x[r] * f[r];
+                if (fit_y[i] < 2.0) worst = std::max(worst, fabs(pred - fit_y[i]));
+                else wrong_far += !(pred > 1.0 + TWELL_DISPATCH_MARGIN);
+            }
+            printf("\nfitted %s model (decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32], %d rows with a "
+                   "ratio < 2, worst residual %.3f; rows >= 2 it would not send dense: %d): %sS0 %.4g %sS1 %.4g %sSM "
+                   "%.4g %sSN %.4g %sSG4 %.4g\n", what, rows, worst, wrong_far, prefix, x[0], prefix, x[1], prefix, x[2],
+                   prefix, x[3], prefix, x[4]);
+        }
+    }
+}
 
 int main(int argc, char **argv) {
     std::vector<double> Ms = {1, 2, 4, 8, 16, 32, 64}, nnzs = {8, 29, 64, 256, -0.5};
@@ -103,8 +162,8 @@ int main(int argc, char **argv) {
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     printf("\nM   nnz    meannz |    dense  dense.g     tile   decode decode.g     auto |   gate gate+up   down | "
-           "dec.np dec.g.np gate.l2 | dn/dec dn.g/dec.g tile/dec auto/min auto\n");
-    std::vector<double> fit_M, fit_n, fit_y;
+           "dec.np dec.g.np gate.l2 | dn/dec dn.g/dec.g tile/dec auto/min auto | auto.g ag/min.g auto.g\n");
+    std::vector<double> fit_M, fit_n, fit_y, fit_yg;
     uint64_t seed = 7;
     for (double mv : Ms) {
         const int M = (int)mv;
@@ -163,12 +222,14 @@ int main(int argc, char **argv) {
                 cudaCheck(cudaGraphDestroy(graph));
             }
             // Columns: 0 dense, 1 dense.g, 2 tile, 3 decode, 4 decode.g, 5 auto, 6-8 the decode kernels alone,
-            // 9 dec.np, 10 dec.g.np, 11 gate.l2.
-            const int NC = 12;
+            // 9 dec.np, 10 dec.g.np, 11 gate.l2, 12 auto.g (captured below, after the warm-up).
+            const int NC = 13;
+            cudaGraphExec_t auto_exec = NULL;
             auto run_col = [&](int c) {
                 if (c == 1) cudaCheck(cudaGraphLaunch(gexec[0], s));
                 else if (c == 4) cudaCheck(cudaGraphLaunch(gexec[1], s));
                 else if (c == 10) cudaCheck(cudaGraphLaunch(gexec[2], s));
+                else if (c == 12) { if (auto_exec) cudaCheck(cudaGraphLaunch(auto_exec, s)); }
                 else if (c == 6)
                     for (int l = 0; l < L; l++)
                         twell_decode_gate_up(X, Wg[l], Wu[l], ws.dec_g, ws.dec_cnt, ws.dec_ent, M, D, F, NULL, 0, 1, s);
@@ -184,6 +245,23 @@ int main(int argc, char **argv) {
             };
             for (int c = 0; c < NC; c++) run_col(c);  // warm-up (auto: dispatch history)
             cudaCheck(cudaStreamSynchronize(s));
+            // The AUTO pass captured as a graph: its paths are decided at capture, by the graph model, with the count of
+            // the warm-up (twell_ffn_read_count: under capture nothing is read back).
+            TwellPath auto_g_path;
+            {
+                twell_ffn_read_count(&wa);
+                const TwellPath eager_path = auto_path;
+                cudaGraph_t graph;
+                cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                pass(3);
+                cudaCheck(cudaStreamEndCapture(s, &graph));
+                cudaCheck(cudaGraphInstantiate(&auto_exec, graph, 0));
+                cudaCheck(cudaGraphDestroy(graph));
+                auto_g_path = auto_path;
+                auto_path = eager_path;
+                run_col(12);
+                cudaCheck(cudaStreamSynchronize(s));
+            }
             std::vector<std::vector<float>> t(NC);
             std::vector<int> order(NC);
             for (int c = 0; c < NC; c++) order[c] = c;
@@ -205,70 +283,24 @@ int main(int argc, char **argv) {
                 }
             }
             for (int g = 0; g < NG; g++) cudaCheck(cudaGraphExecDestroy(gexec[g]));
+            cudaCheck(cudaGraphExecDestroy(auto_exec));
             float med[NC];
             for (int c = 0; c < NC; c++) med[c] = median(t[c]);
-            const float best = std::min(med[0], med[3]);
+            const float best = std::min(med[0], med[3]), best_g = std::min(med[1], med[4]);
             printf("%-3d %-6.4g %6.1f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %6.2f %7.2f %6.2f | %6.2f %8.2f %7.2f | "
-                   "%6.2f %10.2f %8.2f %8.3f %s\n", M, target, mean_nnz, med[0], med[1], med[2], med[3], med[4], med[5],
+                   "%6.2f %10.2f %8.2f %8.3f %-6s | %6.2f %8.3f %s\n", M, target, mean_nnz, med[0], med[1], med[2], med[3], med[4], med[5],
                    med[6], med[7], med[8], med[9], med[10], med[11], med[0] / med[3], med[1] / med[4], med[2] / med[3],
-                   med[5] / best, auto_path == TWELL_PATH_SPARSE ? "decode" : "dense");
+                   med[5] / best, auto_path == TWELL_PATH_SPARSE ? "decode" : "dense", med[12], med[12] / best_g,
+                   auto_g_path == TWELL_PATH_SPARSE ? "decode" : "dense");
             fflush(stdout);
             fit_M.push_back(M);
             fit_n.push_back(mean_nnz);
             fit_y.push_back(med[3] / med[0]);
+            fit_yg.push_back(med[4] / med[1]);
         }
     }
-    // decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32] (twell_decode_predict): least squares (normal
-    // equations, Gauss-Jordan) over the rows with a ratio under 2 (the dispatch only needs the model right near 1;
-    // far-dense rows are checked after). sg4 is fitted only when some row has M > 32 (else it is reported as 0).
-    {
-        int K = 4;
-        for (size_t i = 0; i < fit_y.size(); i++) K = twell_decode_gate_tiles((int)fit_M[i]) == 4 ? 5 : K;
-        auto feat = [&](size_t i, double f[5]) {
-            f[0] = 1.0; f[1] = fit_M[i] * fit_n[i]; f[2] = fit_M[i]; f[3] = fit_n[i];
-            f[4] = twell_decode_gate_tiles((int)fit_M[i]) == 4 ? 1.0 : 0.0;
-        };
-        double A[5][6] = {{0}};
-        int rows = 0;
-        for (size_t i = 0; i < fit_y.size(); i++) {
-            if (!(fit_y[i] < 2.0)) continue;
-            double f[5];
-            feat(i, f);
-            rows++;
-            for (int r = 0; r < K; r++) {
-                for (int c = 0; c < K; c++) A[r][c] += f[r] * f[c];
-                A[r][K] += f[r] * fit_y[i];
-            }
-        }
-        int ok = rows >= K;
-        for (int c = 0; c < K && ok; c++) {
-            int p = c;
-            for (int r = c + 1; r < K; r++) if (fabs(A[r][c]) > fabs(A[p][c])) p = r;
-            if (fabs(A[p][c]) < 1e-30) { ok = 0; break; }
-            for (int k = 0; k <= K; k++) std::swap(A[c][k], A[p][k]);
-            for (int r = 0; r < K; r++) {
-                if (r == c) continue;
-                const double f = A[r][c] / A[c][c];
-                for (int k = 0; k <= K; k++) A[r][k] -= f * A[c][k];
-            }
-        }
-        if (ok) {
-            double x[5] = {0, 0, 0, 0, 0}, worst = 0;
-            int wrong_far = 0;
-            for (int r = 0; r < K; r++) x[r] = A[r][K] / A[r][r];
-            for (size_t i = 0; i < fit_y.size(); i++) {
-                double f[5], pred = 0;
-                feat(i, f);
-                for (int r = 0; r < 5; r++) pred += x[r] * f[r];
-                if (fit_y[i] < 2.0) worst = std::max(worst, fabs(pred - fit_y[i]));
-                else wrong_far += !(pred > 1.0 + TWELL_DISPATCH_MARGIN);
-            }
-            printf("\nfitted decode model (decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32], %d rows with a "
-                   "ratio < 2, worst residual %.3f; rows >= 2 it would not send dense: %d): TWELL_DECODE_S0 %.4g "
-                   "TWELL_DECODE_S1 %.4g TWELL_DECODE_SM %.4g TWELL_DECODE_SN %.4g TWELL_DECODE_SG4 %.4g\n", rows, worst,
-                   wrong_far, x[0], x[1], x[2], x[3], x[4]);
-        }
-    }
+    fit_decode_model("eager", "TWELL_DECODE_", fit_M, fit_n, fit_y);
+    fit_decode_model("graph", "TWELL_DECODE_G_", fit_M, fit_n, fit_yg);
     twell_ffn_workspace_free(&ws);
     twell_ffn_workspace_free(&wa);
     for (int l = 0; l < L; l++) {

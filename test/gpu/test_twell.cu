@@ -606,17 +606,24 @@ static void test_dispatch_model(void **state) {
     TwellDispatchModel d = {TWELL_DISPATCH_S0, TWELL_DISPATCH_S1, TWELL_DISPATCH_FOVF, TWELL_DISPATCH_MARGIN, 0};
     assert_int_equal(twell_dispatch_decide(&d, 29, 0, 0), TWELL_PATH_SPARSE);
     assert_int_equal(twell_dispatch_decide(&d, 256, 0, 0), TWELL_PATH_DENSE);
-    // The decode model's defaults (M <= 64 rows): decode at 1-16 rows and nnz 29 (measured 1.5-1.6x faster than
-    // dense), dense at 50% and at 64 rows x 256 (measured 2.2x / 1.6x slower, run 70).
-    TwellDispatchModel dm = {TWELL_DECODE_S0, TWELL_DECODE_S1, 0.0, TWELL_DISPATCH_MARGIN, 0, TWELL_DECODE_SM,
-                             TWELL_DECODE_SN, TWELL_DECODE_SG4};
-    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 1, 29), 0), TWELL_PATH_SPARSE);
-    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 16, 29), 0), TWELL_PATH_SPARSE);
-    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 1, 2816), 0), TWELL_PATH_DENSE);
-    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 64, 256), 0), TWELL_PATH_DENSE);
-    // ... and dense at 64 rows x 64 (measured 1.09x slower, run 70), decode at 64 rows x 8 (1.09x faster).
-    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 64, 64), 0), TWELL_PATH_DENSE);
-    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 64, 8), 0), TWELL_PATH_SPARSE);
+    // The decode models' defaults (M <= 64 rows), eager and captured (graph): decode at 1-16 rows and nnz 29 (measured
+    // 2.1-2.7x faster than dense eagerly, 1.8-2.1x as graphs), dense at 50% and at 64 rows x 256 (2.2x / 1.5x slower
+    // eagerly, run 77), decode at 64 rows x 8 (1.3x / 1.2x faster).
+    const TwellDispatchModel dm = {TWELL_DECODE_S0, TWELL_DECODE_S1, 0.0, TWELL_DISPATCH_MARGIN, 0, TWELL_DECODE_SM,
+                                   TWELL_DECODE_SN, TWELL_DECODE_SG4};
+    const TwellDispatchModel gm = {TWELL_DECODE_G_S0, TWELL_DECODE_G_S1, 0.0, TWELL_DISPATCH_MARGIN, 0,
+                                   TWELL_DECODE_G_SM, TWELL_DECODE_G_SN, TWELL_DECODE_G_SG4};
+    for (const TwellDispatchModel *m2 : {&dm, &gm}) {
+        assert_int_equal(twell_dispatch_decide_ratio(m2, twell_decode_predict(m2, 1, 29), 0), TWELL_PATH_SPARSE);
+        assert_int_equal(twell_dispatch_decide_ratio(m2, twell_decode_predict(m2, 16, 29), 0), TWELL_PATH_SPARSE);
+        assert_int_equal(twell_dispatch_decide_ratio(m2, twell_decode_predict(m2, 1, 2816), 0), TWELL_PATH_DENSE);
+        assert_int_equal(twell_dispatch_decide_ratio(m2, twell_decode_predict(m2, 64, 256), 0), TWELL_PATH_DENSE);
+        assert_int_equal(twell_dispatch_decide_ratio(m2, twell_decode_predict(m2, 64, 8), 0), TWELL_PATH_SPARSE);
+    }
+    // At 64 rows x 64 the two differ, as measured (run 77): eagerly decode is 1.09x faster than dense (the dense path's
+    // 4 launches per layer cost the host more), as graphs 1.07x slower.
+    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 64, 64), 0), TWELL_PATH_SPARSE);
+    assert_int_equal(twell_dispatch_decide_ratio(&gm, twell_decode_predict(&gm, 64, 64), 0), TWELL_PATH_DENSE);
 }
 
 // Calibration on real data fits a sane model, resets the history, and the FFN stays correct after.
@@ -1042,6 +1049,7 @@ static void test_decode(void **state) {
             }
         }
         assert_true(*ws.dense_nnz_host == (unsigned long long)want_nnz);
+        assert_true(fabs(twell_ffn_read_count(&ws) - (double)want_nnz / sh.M) < 1e-9);  // the copy has landed
         printf("    decode M=%d D=%d F=%d gated=%d: gate bit-exact, %lld active (%.1f per row) listed in order, h "
                "within %.1e of float64, %d tiles over the TwELL C=8 capacity, none overflowing here\n", sh.M, sh.D,
                sh.F, sh.gated, want_nnz, (double)want_nnz / sh.M, worst_h, full_tiles);
@@ -1102,6 +1110,36 @@ static void test_decode_graph(void **state) {
         printf("    %s path captured in a CUDA graph: 2 replays bit-identical to the direct call\n", name);
         cudaCheck(cudaGraphExecDestroy(exec));
         cudaCheck(cudaGraphDestroy(graph));
+    }
+    // AUTO under capture decides by the graph model (dec_model_graph), eagerly by the eager one: models set to
+    // opposite certainties (ratio 0.1 and 10) give opposite paths; the captured graph replays its path's bits.
+    {
+        TwellDispatchModel eager = ws.dec_model, graphm = ws.dec_model_graph;
+        ws.dec_model.s0 = 0.1; ws.dec_model.s1 = ws.dec_model.sm = ws.dec_model.sn = ws.dec_model.sg4 = 0.0;
+        ws.dec_model_graph.s0 = 10.0;
+        ws.dec_model_graph.s1 = ws.dec_model_graph.sm = ws.dec_model_graph.sn = ws.dec_model_graph.sg4 = 0.0;
+        TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto, eager model says decode");
+        assert_int_equal(r.path, TWELL_PATH_SPARSE);
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        const int e = twell_ffn_forward(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, M, TWELL_PATH_AUTO, -1, &r, s);
+        cudaCheck(cudaStreamEndCapture(s, &graph));
+        assert_int_equal(e, TWELL_OK);
+        assert_int_equal(r.path, TWELL_PATH_DENSE);
+        cudaCheck(cudaGraphDestroy(graph));
+        std::swap(ws.dec_model.s0, ws.dec_model_graph.s0);  // and the other way round
+        r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto, eager model says dense");
+        assert_int_equal(r.path, TWELL_PATH_DENSE);
+        cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        assert_int_equal(twell_ffn_forward(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, M, TWELL_PATH_AUTO, -1, &r, s),
+                         TWELL_OK);
+        cudaCheck(cudaStreamEndCapture(s, &graph));
+        assert_int_equal(r.path, TWELL_PATH_SPARSE);
+        assert_int_equal(r.decode, 1);
+        cudaCheck(cudaGraphDestroy(graph));
+        ws.dec_model = eager;
+        ws.dec_model_graph = graphm;
+        printf("    auto: the eager model decides eager calls, the graph model captured ones (both ways)\n");
     }
     // The tile path syncs: refused under capture, nothing launched.
     assert_int_equal(twell_ffn_set_decode_rows(&ws, 0), TWELL_OK);

@@ -10,12 +10,12 @@
 // sync that sizes the overflow fallback) is bound by launches and latency, not by bytes: on the H200 it takes
 // 48 us per call at M = 1, where its gate GEMM alone takes 18 us and reading the three weight matrices once
 // would take ~15 us (dev/RESULTS.md, run 62). Here a call is two kernels:
-//   1. twell_decode_gate_kernel<MT, true>: g = relu(X W1^T) rounded to bf16 (W1 = Wg, or Wu when non-gated), written
-//      densely to g [M, F], and the up for the active units of the CTA's own group. A GEMV on tensor cores: a CTA of
-//      TWELL_DEC_GATE_WARPS warps owns a group of 16 units (2 blocks of 8); warp w takes a contiguous quarter of D
-//      (split K) and streams its units' W1 row pieces front to back (16-byte loads, 128 contiguous bytes per row and
-//      step, 4 steps in flight) into mma.m16n8k16 with the ROWS as the m16 side (MT tiles of 16 rows; rows >= M are
-//      zeros) and the 8 units as n. The k order inside a step is permuted the same way for X and W1 (a dot product
+//   1. twell_decode_gate_kernel<MT, true, WARPS>: g = relu(X W1^T) rounded to bf16 (W1 = Wg, or Wu when non-gated),
+//      written densely to g [M, F], and the up for the active units of the CTA's own group. A GEMV on tensor cores: a
+//      CTA of WARPS warps (8 at up to 32 rows, 4 at 64: twell_decode_gate_warps) owns a group of 16 units (2 blocks of
+//      8); warp w takes a contiguous 1 / WARPS of D (split K) and streams its units' W1 row pieces front to back
+//      (16-byte loads, 128 contiguous bytes per row and step, 2-4 steps in flight) into mma.m16n8k16 with the ROWS as
+//      the m16 side (MT tiles of 16 rows; rows >= M are zeros) and the 8 units as n. The k order inside a step is permuted the same way for X and W1 (a dot product
 //      does not care), so both operands come straight from 16-byte loads. The warps' partial sums are added in warp
 //      order through shared memory (deterministic). Then the group's active (row, unit) pairs, row by row in unit
 //      order, go round-robin to the warps: h = g * dot(x, Wu[n]) (gated: one warp per pair, fp32, fixed-order warp
@@ -42,7 +42,7 @@
 #include "twell/updown.cuh"  // twell_bf16x8_to_f32
 
 #define TWELL_DECODE_MAX_M 64     // rows per call the decode path takes (4 tiles of 16 rows in the gate)
-#define TWELL_DEC_GATE_WARPS 4    // split-K warps per gate CTA
+#define TWELL_DEC_GATE_WARPS 4    // split-K warps per gate CTA at more than 32 rows (8 below: twell_decode_gate_warps)
 #define TWELL_DEC_GATE_NB 2       // 8-unit blocks per gate CTA (16 units)
 #define TWELL_DEC_GATE_UNROLL 4   // 64-column steps in flight per warp (half at more than 32 rows; 8 is no faster,
                                   // run 75: 2 CTAs per SM instead of 4)
@@ -64,13 +64,16 @@
 // row in unit order, and its warps take them round-robin: h = g * dot(x[row], Wu[unit]) (gated; one warp per pair,
 // up to 4 KB of each of the two rows in flight, fp32, fixed-order warp sum) or h = g (non-gated, Wu == NULL); it writes
 // cnt[row, group] and ent[row, 16 group + j] = (unit, fp32 bits of h), j < cnt, and adds its count to *nnz.
-template <int MT, bool LISTS>
-__global__ void __launch_bounds__(32 * TWELL_DEC_GATE_WARPS)
+template <int MT, bool LISTS, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, WARPS == 8 ? 3 : 0)
 twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1, const bf16 *__restrict__ Wu,
                          bf16 *__restrict__ G, int *__restrict__ cnt, uint2 *__restrict__ ent,
                          unsigned long long *__restrict__ nnz, int M, int D, int F) {
-    constexpr int NB = TWELL_DEC_GATE_NB, WARPS = TWELL_DEC_GATE_WARPS, UNITS = TWELL_DEC_GROUP, ROWS = 16 * MT;
-    constexpr int U = MT >= 4 ? TWELL_DEC_GATE_UNROLL / 2 : TWELL_DEC_GATE_UNROLL;  // registers at 64 rows
+    constexpr int NB = TWELL_DEC_GATE_NB, UNITS = TWELL_DEC_GROUP, ROWS = 16 * MT;
+    // Steps in flight per warp (registers: half at 64 rows; 8 warps: 3 CTAs of 256 threads per SM) and 16-byte chunks
+    // in flight per lane in the up.
+    constexpr int U = WARPS == 8 || MT >= 4 ? TWELL_DEC_GATE_UNROLL / 2 : TWELL_DEC_GATE_UNROLL;
+    constexpr int UPC = WARPS == 8 ? 4 : 8;
     static_assert(UNITS == 16 && ROWS <= 32 * WARPS, "pair codes are (row << 4 | unit); one thread per row");
     __shared__ float red[WARPS - 1][MT * NB * 4][32];
     __shared__ float s_g[ROWS][UNITS];  // the group's gates, as rounded to bf16
@@ -199,16 +202,16 @@ twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1
         const uint4 *xr = reinterpret_cast<const uint4 *>(X + (size_t)r * D);
         const uint4 *wr = reinterpret_cast<const uint4 *>(Wu + (size_t)(n0 + u) * D);
         float acc = 0.0f;
-        for (int k0 = lane; k0 < chunks; k0 += 8 * 32) {
-            uint4 a[8], w[8];
+        for (int k0 = lane; k0 < chunks; k0 += UPC * 32) {  // chunks in increasing order: the same sum for any UPC
+            uint4 a[UPC], w[UPC];
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
+            for (int i = 0; i < UPC; i++) {
                 const int k = k0 + 32 * i;
                 a[i] = k < chunks ? __ldg(xr + k) : zero;
                 w[i] = k < chunks ? __ldg(wr + k) : zero;
             }
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
+            for (int i = 0; i < UPC; i++) {
                 float af[8], wf[8];
                 twell_bf16x8_to_f32(a[i], af);
                 twell_bf16x8_to_f32(w[i], wf);
@@ -330,20 +333,27 @@ static inline cudaLaunchConfig_t twell_decode_launch_config(dim3 grid, int block
     cfg.numAttrs = pdl ? 1 : 0;
     return cfg;
 }
+// Split-K warps per gate CTA for M rows: 8 at up to 32 rows (twice the warps per SM: the gate waits on memory with
+// ~10.7 warps per SM, run 78; with 8, the gate and its up take 0.4 us less at M 1, 1.6-2.4 less at M 16-32, run 79),
+// TWELL_DEC_GATE_WARPS = 4 at 64 rows (8 would spill at the 80 registers that 3 CTAs of 256 threads per SM allow).
+static inline int twell_decode_gate_warps(int M) { return M <= 32 ? 8 : TWELL_DEC_GATE_WARPS; }
+// warps: 4 or 8 split-K warps per gate CTA (0: twell_decode_gate_warps(M); always 4 at more than 32 rows).
 static inline void twell_decode_gate_up(const bf16 *X, const bf16 *W1, const bf16 *Wu_up, bf16 *g, int *cnt,
                                         uint2 *ent, int M, int D, int F, unsigned long long *nnz, int lists, int pdl,
-                                        cudaStream_t stream) {
+                                        cudaStream_t stream, int warps = 0) {
     typedef void (*GateKernel)(const bf16 *, const bf16 *, const bf16 *, bf16 *, int *, uint2 *, unsigned long long *,
                                int, int, int);
     const int mt = twell_decode_gate_tiles(M);
-    const GateKernel kern =
-        lists ? (mt == 1 ? twell_decode_gate_kernel<1, true> : mt == 2 ? twell_decode_gate_kernel<2, true>
-                                                                       : twell_decode_gate_kernel<4, true>)
-              : (mt == 1 ? twell_decode_gate_kernel<1, false> : mt == 2 ? twell_decode_gate_kernel<2, false>
-                                                                        : twell_decode_gate_kernel<4, false>);
+    if (warps == 0) warps = twell_decode_gate_warps(M);
+    if (mt == 4) warps = 4;  // 8 warps at 64 rows would spill (80 registers for 3 CTAs of 256 threads per SM)
+#define TWELL_DEC_GATE_PICK(W)                                                                                      \
+    (lists ? (mt == 1 ? twell_decode_gate_kernel<1, true, W> : twell_decode_gate_kernel<2, true, W>)               \
+           : (mt == 1 ? twell_decode_gate_kernel<1, false, W> : twell_decode_gate_kernel<2, false, W>))
+    const GateKernel kern = mt == 4 ? (lists ? twell_decode_gate_kernel<4, true, 4> : twell_decode_gate_kernel<4, false, 4>)
+                            : warps == 8 ? TWELL_DEC_GATE_PICK(8) : TWELL_DEC_GATE_PICK(4);
+#undef TWELL_DEC_GATE_PICK
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg =
-        twell_decode_launch_config(dim3(F / TWELL_DEC_GROUP), 32 * TWELL_DEC_GATE_WARPS, pdl, &attr, stream);
+    const cudaLaunchConfig_t cfg = twell_decode_launch_config(dim3(F / TWELL_DEC_GROUP), 32 * warps, pdl, &attr, stream);
     cudaCheck(cudaLaunchKernelEx(&cfg, kern, X, W1, Wu_up, g, cnt, ent, nnz, M, D, F));
 }
 static inline void twell_decode_down(const bf16 *WdT, const int *cnt, const uint2 *ent, bf16 *Y, int M, int D, int F,
@@ -359,7 +369,7 @@ static inline void twell_decode_down(const bf16 *WdT, const int *cnt, const uint
 // TWELL_OK, or TWELL_ERR_SHAPE / TWELL_ERR_ARG with a message naming the constraint (nothing launched).
 static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16 *Wu, const bf16 *WdT, bf16 *Y, int M,
                                        int D, int F, int gated, bf16 *g, int *cnt, uint2 *ent,
-                                       unsigned long long *nnz, int pdl, cudaStream_t stream) {
+                                       unsigned long long *nnz, int pdl, cudaStream_t stream, int gate_warps = 0) {
     if (M < 1 || M > TWELL_DECODE_MAX_M) {
         fprintf(stderr, "error: twell_decode_forward: M=%d must be in [1, %d]\n", M, TWELL_DECODE_MAX_M);
         return TWELL_ERR_SHAPE;
@@ -368,6 +378,10 @@ static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16
         fprintf(stderr, "error: twell_decode_forward: D=%d must be a positive multiple of 64 and F=%d a positive "
                         "multiple of %d (at most %d)\n", D, F, TWELL_TILE, TWELL_DEC_MAX_F);
         return TWELL_ERR_SHAPE;
+    }
+    if (gate_warps != 0 && gate_warps != 4 && gate_warps != 8) {
+        fprintf(stderr, "error: twell_decode_forward: gate_warps=%d must be 0 (the default), 4 or 8\n", gate_warps);
+        return TWELL_ERR_ARG;
     }
     const bf16 *W1 = gated ? Wg : Wu;
     if (!X || !W1 || !Wu || !WdT || !Y || !g || !cnt || !ent) {
@@ -379,7 +393,7 @@ static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16
         fprintf(stderr, "error: twell_decode_forward: pointers must be 16-byte aligned\n");
         return TWELL_ERR_ARG;
     }
-    twell_decode_gate_up(X, W1, gated ? Wu : NULL, g, cnt, ent, M, D, F, nnz, 1, pdl, stream);
+    twell_decode_gate_up(X, W1, gated ? Wu : NULL, g, cnt, ent, M, D, F, nnz, 1, pdl, stream, gate_warps);
     twell_decode_down(WdT, cnt, ent, Y, M, D, F, pdl, stream);
     return TWELL_OK;
 }

@@ -196,6 +196,7 @@ typedef struct {
     // = min(TWELL_DECODE_MAX_M, max_M) rows: g [rows, F] bf16, cnt [rows, F/16], ent [rows, F] (unit, h).
     int decode_rows, dec_alloc_rows;
     int dec_pdl;  // 1 (default): its kernels are programmatic dependent launches (twell_ffn_set_decode_pdl)
+    int dec_gate_warps;  // split-K warps per gate CTA: 0 = twell_decode_gate_warps(M), else 4 or 8
     bf16 *dec_g;
     int *dec_cnt;
     uint2 *dec_ent;
@@ -324,6 +325,7 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->dec_alloc_rows = F > TWELL_DEC_MAX_F ? 0 : max_M < TWELL_DECODE_MAX_M ? max_M : TWELL_DECODE_MAX_M;
     ws->decode_rows = ws->dec_alloc_rows;
     ws->dec_pdl = 1;
+    ws->dec_gate_warps = 0;
     const size_t dr = (size_t)ws->dec_alloc_rows;
     cudaCheck(cudaMalloc(&ws->dec_g, sizeof(bf16) * dr * F));
     cudaCheck(cudaMalloc(&ws->dec_cnt, sizeof(int) * dr * (F / TWELL_DEC_GROUP)));
@@ -795,7 +797,7 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     if (async_nnz) cudaCheck(cudaMemsetAsync(async_nnz, 0, sizeof(unsigned long long), stream));
     if (path == TWELL_PATH_SPARSE && decode) {
         int e = twell_decode_forward(X, Wg, Wu, WdT, Y, M, ws->D, ws->F, ws->gated, ws->dec_g, ws->dec_cnt,
-                                     ws->dec_ent, async_nnz, ws->dec_pdl, stream);
+                                     ws->dec_ent, async_nnz, ws->dec_pdl, stream, ws->dec_gate_warps);
         if (e) return e;
         r.path = TWELL_PATH_SPARSE;
         r.decode = 1;

@@ -880,6 +880,8 @@ static void test_shape_errors(void **state) {
                                           ws.dec_ent, NULL, 1, 0), TWELL_ERR_ARG);
     assert_int_equal(twell_decode_forward(buf, NULL, buf, buf, buf, 8, 128, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
                                           NULL, 1, 0), TWELL_ERR_ARG);
+    assert_int_equal(twell_decode_forward(buf, buf, buf, buf, buf, 8, 128, 512, 1, ws.dec_g, ws.dec_cnt, ws.dec_ent,
+                                          NULL, 1, 0, 5), TWELL_ERR_ARG);  // 4 or 8 gate warps
     {  // F > 65536: no decode path (the tile path runs every sparse call), and it cannot be switched on
         TwellFFNWorkspace w3;
         assert_int_equal(twell_ffn_workspace_create(&w3, 4, 64, 65792, 8, 1), TWELL_OK);
@@ -1050,6 +1052,36 @@ static void test_decode(void **state) {
         }
         assert_true(*ws.dense_nnz_host == (unsigned long long)want_nnz);
         assert_true(fabs(twell_ffn_read_count(&ws) - (double)want_nnz / sh.M) < 1e-9);  // the copy has landed
+        // The other gate width (4 or 8 split-K warps per CTA; 4 only at more than 32 rows) gives the same g, counts,
+        // lists and Y (the pre-activations here are exact in any order; the up sums each pair in the same order).
+        {
+            std::vector<uint16_t> y0((size_t)sh.M * sh.D), y1(y0.size()), g1((size_t)sh.M * sh.F);
+            std::vector<int> cnt1(cnt.size());
+            std::vector<uint2> ent1(ent.size());
+            cudaCheck(cudaMemcpy(y0.data(), P.dY, 2 * y0.size(), cudaMemcpyDeviceToHost));
+            ws.dec_gate_warps = twell_decode_gate_warps(sh.M) == 8 ? 4 : 8;
+            cudaCheck(cudaMemset(ws.dec_g, 0xFF, sizeof(bf16) * (size_t)sh.M * sh.F));
+            cudaCheck(cudaMemset(ws.dec_cnt, 0xFF, sizeof(int) * (size_t)sh.M * groups));
+            cudaCheck(cudaMemset(ws.dec_ent, 0xFF, sizeof(uint2) * (size_t)sh.M * sh.F));
+            r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "decode, other gate width");
+            ws.dec_gate_warps = 0;
+            assert_int_equal(r.decode, 1);
+            cudaCheck(cudaMemcpy(y1.data(), P.dY, 2 * y1.size(), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(g1.data(), ws.dec_g, 2 * g1.size(), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(cnt1.data(), ws.dec_cnt, sizeof(int) * cnt1.size(), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(ent1.data(), ws.dec_ent, sizeof(uint2) * ent1.size(), cudaMemcpyDeviceToHost));
+            for (size_t k = 0; k < g1.size(); k++)
+                if (g1[k] != sllm_f32_to_bf16(g[k])) fail_msg("decode, other gate width: g[%zu] differs", k);
+            assert_memory_equal(cnt.data(), cnt1.data(), sizeof(int) * cnt.size());
+            for (int m = 0; m < sh.M; m++)
+                for (int gr = 0; gr < groups; gr++)
+                    for (int j = 0; j < cnt[(size_t)m * groups + gr]; j++) {
+                        const size_t k = (size_t)m * sh.F + gr * TWELL_DEC_GROUP + j;
+                        if (ent[k].x != ent1[k].x || ent[k].y != ent1[k].y)
+                            fail_msg("decode, other gate width: row %d group %d entry %d differs", m, gr, j);
+                    }
+            assert_memory_equal(y0.data(), y1.data(), 2 * y0.size());
+        }
         printf("    decode M=%d D=%d F=%d gated=%d: gate bit-exact, %lld active (%.1f per row) listed in order, h "
                "within %.1e of float64, %d tiles over the TwELL C=8 capacity, none overflowing here\n", sh.M, sh.D,
                sh.F, sh.gated, want_nnz, (double)want_nnz / sh.M, worst_h, full_tiles);

@@ -15,8 +15,9 @@
 //      CTA of WARPS warps (8 at up to 32 rows, 4 at 64: twell_decode_gate_warps) owns a group of 16 units (2 blocks of
 //      8); warp w takes a contiguous 1 / WARPS of D (split K) and streams its units' W1 row pieces front to back
 //      (16-byte loads, 128 contiguous bytes per row and step, 2-4 steps in flight) into mma.m16n8k16 with the ROWS as
-//      the m16 side (MT tiles of 16 rows; rows >= M are zeros) and the 8 units as n. The k order inside a step is permuted the same way for X and W1 (a dot product
-//      does not care), so both operands come straight from 16-byte loads. The warps' partial sums are added in warp
+//      the m16 side (MT tiles of 16 rows; rows >= M are zeros) and the 8 units as n. The k order inside a step is
+//      permuted the same way for X and W1 (a dot product does not care), so both operands come straight from 16-byte
+//      loads. The warps' partial sums are added in warp
 //      order through shared memory (deterministic). Then the group's active (row, unit) pairs, row by row in unit
 //      order, go round-robin to the warps: h = g * dot(x, Wu[n]) (gated: one warp per pair, fp32, fixed-order warp
 //      sum) or h = g (non-gated), written as the group's list: cnt[row, group] and ent[row, 16 group + j] = (unit,

@@ -29,8 +29,8 @@
 //      round-robin (entry e to warp e % 8, 8 weight rows in flight), accumulate h * WdT[unit, slice] in fp32,
 //      then the 8 partial sums are added in warp order: y rounded once to bf16. Deterministic.
 // Both kernels are programmatic dependent launches (twell_ffn_set_decode_pdl, default on): the down is scheduled while
-// the gate lists its pairs and the next layer's gate while the down finishes, each waiting (griddepcontrol.wait) for the
-// kernel before it to complete before it touches its data: ~1 us less per layer, the same bits (stop 14).
+// the gate lists its pairs and the next layer's gate while the down finishes, each waiting (griddepcontrol.wait) for
+// the kernel before it to complete before it touches its data: ~1 us less per layer, the same bits (stop 14).
 // The active gates are counted on the device (one atomic per gate CTA with actives) for the dispatch; twell/ffn.cuh
 // reads the count back at a later call, without a sync. (Until stop 13 the up was a kernel of its own, one CTA per
 // (256-unit tile, row): fusing it into the gate saves a launch and its dependent L2/HBM round trips, ~6 us at M 1.)
@@ -350,11 +350,13 @@ static inline void twell_decode_gate_up(const bf16 *X, const bf16 *W1, const bf1
 #define TWELL_DEC_GATE_PICK(W)                                                                                      \
     (lists ? (mt == 1 ? twell_decode_gate_kernel<1, true, W> : twell_decode_gate_kernel<2, true, W>)               \
            : (mt == 1 ? twell_decode_gate_kernel<1, false, W> : twell_decode_gate_kernel<2, false, W>))
-    const GateKernel kern = mt == 4 ? (lists ? twell_decode_gate_kernel<4, true, 4> : twell_decode_gate_kernel<4, false, 4>)
-                            : warps == 8 ? TWELL_DEC_GATE_PICK(8) : TWELL_DEC_GATE_PICK(4);
+    const GateKernel kern =
+        mt == 4 ? (lists ? twell_decode_gate_kernel<4, true, 4> : twell_decode_gate_kernel<4, false, 4>)
+                : warps == 8 ? TWELL_DEC_GATE_PICK(8) : TWELL_DEC_GATE_PICK(4);
 #undef TWELL_DEC_GATE_PICK
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = twell_decode_launch_config(dim3(F / TWELL_DEC_GROUP), 32 * warps, pdl, &attr, stream);
+    const cudaLaunchConfig_t cfg =
+        twell_decode_launch_config(dim3(F / TWELL_DEC_GROUP), 32 * warps, pdl, &attr, stream);
     cudaCheck(cudaLaunchKernelEx(&cfg, kern, X, W1, Wu_up, g, cnt, ent, nnz, M, D, F));
 }
 static inline void twell_decode_down(const bf16 *WdT, const int *cnt, const uint2 *ent, bf16 *Y, int M, int D, int F,

@@ -28,9 +28,9 @@
 //      into shared memory (counts -> block scan -> entries, all loads independent), its 8 warps take the entries
 //      round-robin (entry e to warp e % 8, 8 weight rows in flight), accumulate h * WdT[unit, slice] in fp32,
 //      then the 8 partial sums are added in warp order: y rounded once to bf16. Deterministic.
-// Both kernels are programmatic dependent launches (twell_ffn_set_decode_pdl, default on): the down is scheduled while
-// the gate lists its pairs and the next layer's gate while the down finishes, each waiting (griddepcontrol.wait) for
-// the kernel before it to complete before it touches its data: ~1 us less per layer, the same bits (stop 14).
+// Both kernels are programmatic dependent launches (twell_ffn_set_decode_pdl, default on): the down is scheduled as the
+// gate's CTAs exit and the next layer's gate while the down finishes, each waiting (griddepcontrol.wait) for the kernel
+// before it to complete before it touches its data: ~0.5 us less per layer, the same bits (stop 14).
 // The active gates are counted on the device (one atomic per gate CTA with actives) for the dispatch; twell/ffn.cuh
 // reads the count back at a later call, without a sync. (Until stop 13 the up was a kernel of its own, one CTA per
 // (256-unit tile, row): fusing it into the gate saves a launch and its dependent L2/HBM round trips, ~6 us at M 1.)
@@ -133,7 +133,9 @@ twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1
                 }
         }
     }
-    pdl_launch_dependents();  // W1 is read: the down kernel may be scheduled (it waits for this grid to complete)
+    // No pdl_launch_dependents() here: the down is scheduled as the gate's CTAs exit. Scheduled after the weight loop
+    // instead, its CTAs land on the SMs the gate leaves free at that moment, several to an SM, and a heavy down pays:
+    // 81 against 68 us per layer at M 1 / 50%, 20.4 against 18.9 at M 4 / nnz 256 (run 82).
     // Split-K sum in warp order: warps 1.. park their partial sums, warp 0 adds them and stores.
     if (warp > 0) {
 #pragma unroll
@@ -317,8 +319,8 @@ static inline int twell_decode_gate_tiles(int M) { return M <= 16 ? 1 : M <= 32 
 // The launches (no checks: twell_decode_forward checks). W1 = Wg (gated) or Wu; Wu_up = Wu (gated) or NULL.
 // lists = 0 runs the gate alone (g only: for timing it, bench_decode). pdl = 1 launches both kernels as programmatic
 // dependents of the kernel before them on the stream (cudaLaunchAttributeProgrammaticStreamSerialization; captured
-// into CUDA graphs as programmatic edges): the down is scheduled while the gate lists its pairs, the next layer's gate
-// while the down adds its last rows; each waits (griddepcontrol.wait) before it reads what the kernel before it writes
+// into CUDA graphs as programmatic edges): the down is scheduled as the gate's CTAs exit, the next layer's gate while
+// the down adds its last rows; each waits (griddepcontrol.wait) before it reads what the kernel before it writes
 // or writes what it reads, so the results are the same bits either way (test_decode_pdl). It saves ~1 us per layer
 // (dev/RESULTS.md, run 74).
 static inline cudaLaunchConfig_t twell_decode_launch_config(dim3 grid, int block, int pdl, cudaLaunchAttribute *attr,

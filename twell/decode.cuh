@@ -321,8 +321,8 @@ static inline int twell_decode_gate_tiles(int M) { return M <= 16 ? 1 : M <= 32 
 // dependents of the kernel before them on the stream (cudaLaunchAttributeProgrammaticStreamSerialization; captured
 // into CUDA graphs as programmatic edges): the down is scheduled as the gate's CTAs exit, the next layer's gate while
 // the down adds its last rows; each waits (griddepcontrol.wait) before it reads what the kernel before it writes
-// or writes what it reads, so the results are the same bits either way (test_decode_pdl). It saves ~1 us per layer
-// (dev/RESULTS.md, run 74).
+// or writes what it reads, so the results are the same bits either way (test_decode_pdl). It saves 0.15-0.65 us per
+// layer as a graph, 1.7-3.2 eagerly (dev/RESULTS.md, run 83).
 static inline cudaLaunchConfig_t twell_decode_launch_config(dim3 grid, int block, int pdl, cudaLaunchAttribute *attr,
                                                             cudaStream_t stream) {
     cudaLaunchConfig_t cfg = {};

@@ -347,7 +347,8 @@ static inline int twell_ffn_set_decode_rows(TwellFFNWorkspace *ws, int rows) {
 }
 
 // The decode path's kernels as programmatic dependent launches (1, the default: a kernel is scheduled while the one
-// before it finishes: 0.15-0.65 us per layer as a graph, run 83) or plain launches (0). The results are the same bits (test_decode_pdl).
+// before it finishes: 0.15-0.65 us per layer as a graph, run 83) or plain launches (0). The results are the same bits
+// (test_decode_pdl).
 static inline int twell_ffn_set_decode_pdl(TwellFFNWorkspace *ws, int on) {
     if (on != 0 && on != 1) {
         fprintf(stderr, "error: twell_ffn_set_decode_pdl: on=%d must be 0 or 1\n", on);

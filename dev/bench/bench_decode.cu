@@ -42,8 +42,8 @@
 #include "dev/bench/bench_gen.cuh"
 
 // decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32] (twell_decode_predict): least squares (normal
-// equations, Gauss-Jordan) over the rows with a ratio under 2 (the dispatch only needs the model right near 1; far-dense
-// rows are checked after). sg4 is fitted only when some row has M > 32 (else it is reported as 0). Prints the constants
+// equations, Gauss-Jordan) over the rows with a ratio under 2 (the dispatch only needs the model right near 1;
+// far-dense rows are checked after). sg4 is fitted only when some row has M > 32 (else it is reported as 0). Prints the constants
 // as `prefix`S0 ...
 static void fit_decode_model(const char *what, const char *prefix, const std::vector<double> &fit_M,
                              const std::vector<double> &fit_n, const std::vector<double> &fit_y) {
@@ -91,8 +91,8 @@ static void fit_decode_model(const char *what, const char *prefix, const std::ve
             }
             printf("\nfitted %s model (decode / dense = s0 + s1 M nnz + sm M + sn nnz + sg4 [M > 32], %d rows with a "
                    "ratio < 2, worst residual %.3f; rows >= 2 it would not send dense: %d): %sS0 %.4g %sS1 %.4g %sSM "
-                   "%.4g %sSN %.4g %sSG4 %.4g\n", what, rows, worst, wrong_far, prefix, x[0], prefix, x[1], prefix, x[2],
-                   prefix, x[3], prefix, x[4]);
+                   "%.4g %sSN %.4g %sSG4 %.4g\n", what, rows, worst, wrong_far, prefix, x[0], prefix, x[1], prefix,
+                   x[2], prefix, x[3], prefix, x[4]);
         }
     }
 }

@@ -17,13 +17,13 @@
 //      (16-byte loads, 128 contiguous bytes per row and step, 2-4 steps in flight) into mma.m16n8k16 with the ROWS as
 //      the m16 side (MT tiles of 16 rows; rows >= M are zeros) and the 8 units as n. The k order inside a step is
 //      permuted the same way for X and W1 (a dot product does not care), so both operands come straight from 16-byte
-//      loads. The warps' partial sums are added in warp
-//      order through shared memory (deterministic). Then the group's active (row, unit) pairs, row by row in unit
-//      order, go round-robin to the warps: h = g * dot(x, Wu[n]) (gated: one warp per pair, fp32, fixed-order warp
-//      sum) or h = g (non-gated), written as the group's list: cnt[row, group] and ent[row, 16 group + j] = (unit,
-//      fp32 bits of h), j < cnt. A list holds all 16 units of its group, so nothing ever overflows: heavy rows (the
-//      first tokens of a sequence, 1000+ active units) run here too. Reads W1 once: bound by its bytes (23 MB at the
-//      paper's shape); the up's Wu rows (8 KB per pair) are read while other CTAs still stream W1.
+//      loads. The warps' partial sums are added in warp order through shared memory (deterministic). Then the group's
+//      active (row, unit) pairs, row by row in unit order, go round-robin to the warps: h = g * dot(x, Wu[n]) (gated:
+//      one warp per pair, fp32, fixed-order warp sum) or h = g (non-gated), written as the group's list: cnt[row,
+//      group] and ent[row, 16 group + j] = (unit, fp32 bits of h), j < cnt. A list holds all 16 units of its group, so
+//      nothing ever overflows: heavy rows (the first tokens of a sequence, 1000+ active units) run here too. Reads W1
+//      once: bound by its bytes (23 MB at the paper's shape); the up's Wu rows (8 KB per pair) are read while other
+//      CTAs still stream W1.
 //   2. twell_decode_down_kernel: one CTA per (256-column slice of y, row): the row's group lists are flattened
 //      into shared memory (counts -> block scan -> entries, all loads independent), its 8 warps take the entries
 //      round-robin (entry e to warp e % 8, 8 weight rows in flight), accumulate h * WdT[unit, slice] in fp32,

@@ -196,7 +196,7 @@ typedef struct {
     // = min(TWELL_DECODE_MAX_M, max_M) rows: g [rows, F] bf16, cnt [rows, F/16], ent [rows, F] (unit, h).
     int decode_rows, dec_alloc_rows;
     int dec_pdl;  // 1 (default): its kernels are programmatic dependent launches (twell_ffn_set_decode_pdl)
-    int dec_gate_warps;  // split-K warps per gate CTA: 0 = twell_decode_gate_warps(M), else 4 or 8
+    int dec_gate_warps;  // split-K warps per gate CTA: 0 = twell_decode_gate_warps(M), else 4 or 8 (4 at M > 32)
     bf16 *dec_g;
     int *dec_cnt;
     uint2 *dec_ent;
@@ -362,11 +362,15 @@ static inline int twell_ffn_set_decode_pdl(TwellFFNWorkspace *ws, int on) {
 // later call; under stream capture nothing is read back, and AUTO decides with the estimate it has. Call this before
 // capturing a graph: it waits for the newest count copy in flight (if any), makes it the estimate and returns it
 // (mean active units per row; -1 if none is known yet).
+// The landed count copy becomes the estimate (the caller has checked that the copy is complete).
+static inline void twell_take_count(TwellFFNWorkspace *ws) {
+    ws->last_mean_nnz = (double)*ws->dense_nnz_host / (double)ws->dense_nnz_pending_M;
+    ws->dense_nnz_pending = 0;
+}
 static inline double twell_ffn_read_count(TwellFFNWorkspace *ws) {
     if (ws->dense_nnz_pending) {
         cudaCheck(cudaEventSynchronize(ws->dense_nnz_ready));
-        ws->last_mean_nnz = (double)*ws->dense_nnz_host / (double)ws->dense_nnz_pending_M;
-        ws->dense_nnz_pending = 0;
+        twell_take_count(ws);
     }
     return ws->last_mean_nnz;
 }
@@ -755,13 +759,12 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaCheck(cudaStreamIsCapturing(stream, &cap));
     const int capturing = cap != cudaStreamCaptureStatusNone;
-    // Pick up the dense / decode path's nnz count of the previous call (no sync: it is long finished).
-    // Never waits: if the copy is not done yet, the older estimate is used.
+    // Pick up the dense / decode path's nnz count of an earlier call. Never waits: if the copy is not done yet, the
+    // older estimate is used.
     if (ws->dense_nnz_pending && !capturing) {
         cudaError_t q = cudaEventQuery(ws->dense_nnz_ready);
         if (q == cudaSuccess) {
-            ws->last_mean_nnz = (double)*ws->dense_nnz_host / (double)ws->dense_nnz_pending_M;
-            ws->dense_nnz_pending = 0;
+            twell_take_count(ws);
         } else if (q != cudaErrorNotReady) {
             cudaCheck(q);
         }

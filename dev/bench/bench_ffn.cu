@@ -88,34 +88,6 @@ typedef struct {
     int pat_uniform, pat_heavy;
 } Opts;
 
-// L2 gather probe (--variants): what the token-major up/down's memory pattern can reach. Each CTA of 128
-// threads reads `per_cta` rows of `chunks` 16-byte chunks, row k at W + idx[k] * chunks, R rows in flight per
-// thread (2 chunks each), and XORs the words (written out so nothing is optimized away). Row indices: hash RNG over
-// [0, nrows). With nrows x chunks x 16 B = 23 MB (one weight matrix) or 46 MB (both) this is the up/down's
-// traffic (8 KB per pair) without any arithmetic: bytes / time = the L2 gather ceiling.
-template <int R>
-__global__ void bench_l2_gather(const uint4 *__restrict__ W, int nrows, int chunks, int per_cta, uint64_t seed,
-                                uint32_t *out) {
-    uint32_t acc = 0;
-    for (int i = 0; i < per_cta; i += R) {
-        uint4 v[R][2];
-#pragma unroll
-        for (int j = 0; j < R; j++) {
-            const int r = bench_random_row((uint32_t)seed, blockIdx.x, (uint32_t)(i + j), nrows);
-#pragma unroll
-            for (int k = 0; k < 2; k++) {
-                const int c = threadIdx.x + k * 128;
-                v[j][k] = (i + j < per_cta && c < chunks) ? __ldg(W + (size_t)r * chunks + c) : make_uint4(0, 0, 0, 0);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < R; j++)
-#pragma unroll
-            for (int k = 0; k < 2; k++) acc ^= v[j][k].x ^ v[j][k].y ^ v[j][k].z ^ v[j][k].w;
-    }
-    if (acc == 0x12345678u) out[blockIdx.x] = acc;  // practically never: keeps the loads
-}
-
 // The same gather through the bulk-copy engine (TMA, cp.async.bulk): thread 0 of each CTA copies R whole rows
 // (chunks x 16 B each) into shared memory per step, completing on an mbarrier; the CTA then reads them from
 // shared memory (XOR, as above). Compared with bench_l2_gather: whether L2 serves whole-row bulk requests faster

@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
     if (reps < 1) { fprintf(stderr, "usage: bench_l2 [reps >= 1]\n"); return 2; }
     const int grid = 65536;                      // tokens (M), one CTA each
     const size_t per_cta_bytes = 58 * 4096;      // nnz 29: 29 up rows + 29 down rows of 4 KB
-    const size_t max_bytes = 64u << 20;
+    const size_t max_bytes = 72u << 20;
     uint4 *W; uint32_t *out;
     cudaCheck(cudaMalloc(&W, max_bytes));
     cudaCheck(cudaMalloc(&out, grid * sizeof(uint32_t)));
@@ -60,6 +60,7 @@ int main(int argc, char **argv) {
         {256, 64, 256, 0, "4 KB rows"},           {256, 512, 256, 0, "4 KB rows"},
         {256, 1408, 256, 0, "4 KB rows"},         {256, 2816, 256, 0, "4 KB rows"},
         {256, 5632, 256, 0, "4 KB rows (one matrix)"}, {256, 11264, 256, 0, "4 KB rows (two matrices)"},
+        {256, 16896, 256, 0, "4 KB rows (three: Wg, Wu, Wd)"},
         {512, 2816, 512, 0, "8 KB rows (interleaved pair)"}, {512, 5632, 512, 0, "8 KB rows (interleaved pair)"},
         {128, 2816, 128, 0, "2 KB rows, packed"}, {128, 5632, 128, 0, "2 KB rows, packed (half columns)"},
         {128, 11264, 128, 0, "2 KB rows, packed"},

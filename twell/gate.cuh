@@ -57,9 +57,7 @@ enum {
     TWELL_GATE_WGMMA_C2PK = 5,  // both
     TWELL_GATE_CUBLAS_MASK = 6,  // (default) as CUBLAS_PACK_OVERLAP, but the GEMM also writes cuBLASLt's ReLU bit-mask and
                                  // the pack reads the mask + the active values only (twell_pack_mask_kernel)
-    TWELL_GATE_WGMMA_OV = 7,  // as TWELL_GATE_WGMMA, 3 stages, the pack staged and run under the next tile's wgmmas
-                              // (twell/gate_wgmma_ov.cuh)
-    TWELL_GATE_NUM_VARIANTS = 8,
+    TWELL_GATE_NUM_VARIANTS = 7,
 };
 // The default gate. Stays the measured cuBLASLt path until a GPU run shows a wgmma variant faster at every
 // M (bench_ffn's "gates" lines) and test_twell passes for it: then flip TWELL_GATE_DEFAULT_WGMMA to 1 (or
@@ -82,9 +80,7 @@ enum {
 #define TWELL_GATE_DEFAULT_CHUNK 16384
 
 // 1 for the Hopper-only variants (one persistent kernel, no chunks, no scratch).
-static inline int twell_gate_is_wgmma(int v) {
-    return (v >= TWELL_GATE_WGMMA && v <= TWELL_GATE_WGMMA_C2PK) || v == TWELL_GATE_WGMMA_OV;
-}
+static inline int twell_gate_is_wgmma(int v) { return v >= TWELL_GATE_WGMMA && v <= TWELL_GATE_WGMMA_C2PK; }
 
 static inline const char *twell_gate_variant_name(int v) {
     switch (v) {
@@ -95,7 +91,6 @@ static inline const char *twell_gate_variant_name(int v) {
     case TWELL_GATE_WGMMA_PK: return "wgmma_pk";
     case TWELL_GATE_WGMMA_C2PK: return "wgmma_c2pk";
     case TWELL_GATE_CUBLAS_MASK: return "cublas_mask";
-    case TWELL_GATE_WGMMA_OV: return "wgmma_ov";
     default: return "?";
     }
 }

@@ -424,7 +424,7 @@ static void run_shapes(int gated) {
     }
 }
 
-// The Hopper wgmma gates (TWELL_GATE_WGMMA, the wgmma2 variants C2 / PK / C2PK and OV, fused TwELL epilogue) bit
+// The Hopper wgmma gates (TWELL_GATE_WGMMA and the wgmma2 variants C2 / PK / C2PK, fused TwELL epilogue) bit
 // for bit vs the CPU packer on the exact integer inputs, on M not a multiple of 128 (1, 77, 129, 1000: for the
 // 2-CTA clusters also pairs whose second M tile is partly or wholly past M), D 64..2048, F 256..5632, C 8/4/2,
 // then the whole FFN through it. Every shape runs with the full persistent grid AND with the grid capped at
@@ -489,7 +489,6 @@ static void test_gate_wgmma(void **state) { (void)state; run_gate_wgmma(TWELL_GA
 static void test_gate_wgmma_pk(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_PK); }
 static void test_gate_wgmma_c2(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_C2); }
 static void test_gate_wgmma_c2pk(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_C2PK); }
-static void test_gate_wgmma_ov(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_OV); }
 
 static void test_gated_mixed_rows(void **state) {
     (void)state;
@@ -1357,7 +1356,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shape_errors),        cmocka_unit_test(test_gate_wgmma),
         cmocka_unit_test(test_gate_wgmma_pk),       cmocka_unit_test(test_gate_wgmma_c2),
-        cmocka_unit_test(test_gate_wgmma_c2pk),     cmocka_unit_test(test_gate_wgmma_ov),
+        cmocka_unit_test(test_gate_wgmma_c2pk),
         cmocka_unit_test(test_all_full_and_all_zero),
         cmocka_unit_test(test_gated_mixed_rows),    cmocka_unit_test(test_nongated_mixed_rows),
         cmocka_unit_test(test_uniform_nnz),         cmocka_unit_test(test_sliced_updown),

@@ -190,6 +190,19 @@ __device__ __forceinline__ void twg_wgmma_m64n256k16(float (&d)[128], uint64_t d
         : "memory");
 }
 
+// One 64-deep k step of a consumer warpgroup, issued as one wgmma group (4 x m64n256k16, k16 step kk at +32 B inside
+// the 128-byte rows): sa = the stage's A rows of this consumer (64 x 128 B), sb = the stage's B tile. first: the
+// tile's first k step (scale-d 0 on its first wgmma: D = A*B, the old accumulators ignored).
+__device__ __forceinline__ void twg_kstep(float (&d)[128], uint32_t sa, uint32_t sb, bool first) {
+    twg_fence_acc(d);
+    twg_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < TWG_BK / 16; kk++)
+        twg_wgmma_m64n256k16(d, twg_desc_sw128(sa + 32 * kk), twg_desc_sw128(sb + 32 * kk), (!first || kk > 0) ? 1 : 0);
+    twg_wgmma_commit();
+    twg_fence_acc(d);
+}
+
 // Two fp32 -> bf16 (round to nearest even, like __float2bfloat16_rn and twell_f32_to_bf16), packed:
 // bits 0..15 = bf16(lo), bits 16..31 = bf16(hi).
 __device__ __forceinline__ uint32_t twg_bf16x2_bits(float lo, float hi) {
@@ -317,14 +330,7 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
                 twg_mbar_wait(bar_full + 8 * s, ph);
                 const uint32_t sa = base + s * TWG_STAGE_BYTES + (uint32_t)c * (64 * 128);  // 64 rows x 128 B
                 const uint32_t sb = base + s * TWG_STAGE_BYTES + TWG_A_BYTES;
-                twg_fence_acc(d);
-                twg_wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < TWG_BK / 16; kk++)  // k16 step kk: +16 bf16 = +32 B inside the row
-                    twg_wgmma_m64n256k16(d, twg_desc_sw128(sa + 32 * kk), twg_desc_sw128(sb + 32 * kk),
-                                         (kt > 0 || kk > 0) ? 1 : 0);
-                twg_wgmma_commit();
-                twg_fence_acc(d);
+                twg_kstep(d, sa, sb, kt == 0);
                 if (kt > 0) {  // the previous k step's group is done: release its stage
                     twg_wgmma_wait<1>();
                     twg_fence_acc(d);

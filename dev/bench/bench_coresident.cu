@@ -184,14 +184,7 @@ coresident_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant
                 twg_mbar_wait(bar_full + 8 * s, ph);
                 const uint32_t sa = base + s * TWG_STAGE_BYTES + (uint32_t)c * (64 * 128);
                 const uint32_t sb = base + s * TWG_STAGE_BYTES + TWG_A_BYTES;
-                twg_fence_acc(d);
-                twg_wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < TWG_BK / 16; kk++)
-                    twg_wgmma_m64n256k16(d, twg_desc_sw128(sa + 32 * kk), twg_desc_sw128(sb + 32 * kk),
-                                         (kt > 0 || kk > 0) ? 1 : 0);
-                twg_wgmma_commit();
-                twg_fence_acc(d);
+                twg_kstep(d, sa, sb, kt == 0);
                 if (kt > 0) {
                     twg_wgmma_wait<1>();
                     twg_fence_acc(d);

@@ -121,6 +121,13 @@ __device__ __forceinline__ void twg_tma_load_2d(uint32_t dst, const CUtensorMap 
         : "memory");
 }
 
+// Bulk copy (no tensor map) of `bytes` (a multiple of 16, 16-byte aligned ends) from global src into smem dst,
+// completing `bytes` of transactions on mbarrier bar (the caller's arrive.expect_tx announces them).
+__device__ __forceinline__ void twg_bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 // wgmma shared-memory matrix descriptor (PTX ISA "matrix descriptor format", sm_90):
 //   bits  0..13  start address >> 4 (smem byte address, 16-byte units)
 //   bits 16..29  leading-dimension byte offset >> 4: unused for K-major swizzled layouts; 16 B -> 1 by convention

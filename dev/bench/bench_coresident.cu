@@ -43,21 +43,16 @@
 
 #include "cuda_common.cuh"
 #include "matmul.cuh"
+#include "tc_utils.cuh"
 #include "twell/gate_wgmma.cuh"
 #include "dev/bench/bench_gen.cuh"
 #include "dev/bench/bench_rows.cuh"
 
-#define CR_THREADS 384         // round 1's 3 warpgroups
-#define CR_GATHER_THREADS 96   // warps 1-3 of the producer warpgroup
+#define CR_THREADS 384     // round 1's 3 warpgroups
 #define CR_ROW_BYTES 4096  // one weight row: D = 2048 bf16
 
 static constexpr int cr_smem_bytes(int stages, int ring) {
     return stages * TWG_STAGE_BYTES + ring * CR_ROW_BYTES + (2 * stages + ring) * 8 + 1024;
-}
-
-__device__ __forceinline__ void cr_bulk_row(uint32_t dst, const void *src, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(dst), "l"(src), "r"((uint32_t)CR_ROW_BYTES), "r"(bar) : "memory");
 }
 
 // The gather warps (1-3 of warpgroup 0, 40 registers). Warp w (0..2) takes rows j = w, w + 3, ... of the CTA's
@@ -66,42 +61,41 @@ __device__ __forceinline__ void cr_bulk_row(uint32_t dst, const void *src, uint3
 // lane: 64 bf16 -> 64 FMAs, as the up's dot or the down's axpy would), then lane 0 refills the slot.
 // ASYNC 1: each lane copies its own 8 chunks of the row with cp.async (16 B, L2 only) instead, one commit group per
 // row, and waits for its own copies (cp.async.wait_group RW - 1): no mbarrier, no bulk-copy issue by one lane.
-__device__ __forceinline__ void cr_async_row(uint32_t row, const uint4 *src, int lane) {
+__device__ __forceinline__ void cr_async_row(uint4 *row, const uint4 *src, int lane) {
 #pragma unroll
-    for (int k = 0; k < 8; k++)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(row + 16 * (lane + 32 * k)), "l"(src + lane + 32 * k)
-                     : "memory");
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    for (int k = 0; k < 8; k++) tc_cp_async16(row + lane + 32 * k, src + lane + 32 * k, 16);
+    tc_cp_async_commit();
 }
 
 template <int RW, int ASYNC>
-__device__ __forceinline__ void coresident_gather(uint32_t ring, uint32_t bar_rfull, const uint4 *__restrict__ Wud,
+__device__ __forceinline__ void coresident_gather(uint4 *ring, uint32_t bar_rfull, const uint4 *__restrict__ Wud,
                                                   int nrows, int rows_per_cta, uint32_t seed, float *sink) {
+    constexpr int ROW = CR_ROW_BYTES / 16;  // uint4 per row
     const int g = threadIdx.x - 32, w = g >> 5, lane = g & 31;
     const int nw = rows_per_cta > w ? (rows_per_cta - w + 2) / 3 : 0;  // rows j = w + 3 i < rows_per_cta
-    const uint32_t my_ring = ring + (uint32_t)(w * RW) * CR_ROW_BYTES, my_bar = bar_rfull + 8u * (uint32_t)(w * RW);
+    uint4 *my_ring = ring + w * RW * ROW;
+    const uint32_t my_bar = bar_rfull + 8u * (uint32_t)(w * RW);
     for (int i = 0; i < RW; i++) {
         const uint4 *src = Wud + (size_t)bench_random_row(seed, blockIdx.x, w + 3 * i, nrows) * 256;
         if (ASYNC) {
-            if (i < nw) cr_async_row(my_ring + i * CR_ROW_BYTES, src, lane);
-            else asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count of RW
+            if (i < nw) cr_async_row(my_ring + i * ROW, src, lane);
+            else tc_cp_async_commit();  // empty groups keep the count of RW
         } else if (lane == 0 && i < nw) {
             twg_mbar_arrive_expect_tx(my_bar + 8 * i, CR_ROW_BYTES);
-            cr_bulk_row(my_ring + i * CR_ROW_BYTES, src, my_bar + 8 * i);
+            twg_bulk_copy(tc_smem_u32(my_ring + i * ROW), src, CR_ROW_BYTES, my_bar + 8 * i);
         }
     }
     const float xw = 1.0f + 1e-3f * g;  // stands for the token's x (up) or h (down)
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // independent chains (the down's y columns)
     for (int i = 0; i < nw; i++) {
         const uint32_t s = i % RW, ph = (i / RW) & 1u;
-        if (ASYNC) asm volatile("cp.async.wait_group %0;" ::"n"(RW - 1) : "memory");  // this lane's row i has landed
+        if (ASYNC) tc_cp_async_wait<RW - 1>();  // this lane's row i has landed
         else twg_mbar_wait(my_bar + 8 * s, ph);
-        const uint32_t row = my_ring + s * CR_ROW_BYTES;
+        uint4 *row = my_ring + s * ROW;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            uint32_t v[4];
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "r"(row + 16 * (lane + 32 * k)) : "memory");
+            const uint4 q = row[lane + 32 * k];
+            const uint32_t v[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 acc[2 * e] = fmaf(__uint_as_float(v[e] << 16), xw, acc[2 * e]);
@@ -114,10 +108,10 @@ __device__ __forceinline__ void coresident_gather(uint32_t ring, uint32_t bar_rf
         const uint4 *next = Wud + (size_t)bench_random_row(seed, blockIdx.x, w + 3 * (i + RW), nrows) * 256;
         if (ASYNC) {
             if (i + RW < nw) cr_async_row(row, next, lane);
-            else asm volatile("cp.async.commit_group;" ::: "memory");
+            else tc_cp_async_commit();
         } else if (lane == 0 && i + RW < nw) {
             twg_mbar_arrive_expect_tx(my_bar + 8 * s, CR_ROW_BYTES);
-            cr_bulk_row(row, next, my_bar + 8 * s);
+            twg_bulk_copy(tc_smem_u32(row), next, CR_ROW_BYTES, my_bar + 8 * s);
         }
     }
     float total = 0.0f;
@@ -134,7 +128,8 @@ coresident_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant
     extern __shared__ uint8_t cr_smem_raw[];
     const uint32_t base = (twg_smem_addr(cr_smem_raw) + 1023u) & ~1023u;
     constexpr int RING = 3 * RW;                            // 3 gather warps x RW slots
-    const uint32_t ring = base + STAGES * TWG_STAGE_BYTES;  // RING rows of 4 KB
+    const uint32_t ring = base + STAGES * TWG_STAGE_BYTES;  // RING rows of 4 KB (generic pointer: ring_ptr)
+    uint4 *ring_ptr = reinterpret_cast<uint4 *>(cr_smem_raw + (ring - twg_smem_addr(cr_smem_raw)));
     const uint32_t bar_full = ring + RING * CR_ROW_BYTES, bar_empty = bar_full + 8 * STAGES;
     const uint32_t bar_rfull = bar_empty + 8 * STAGES;
     const int num_n = F / TWG_BN, num_m = (M + TWG_BM - 1) / TWG_BM;
@@ -168,7 +163,7 @@ coresident_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant
                 }
             }
         } else if (threadIdx.x >= 32) {
-            coresident_gather<RW, ASYNC>(ring, bar_rfull, Wud, nrows, rows_per_cta, seed, sink);
+            coresident_gather<RW, ASYNC>(ring_ptr, bar_rfull, Wud, nrows, rows_per_cta, seed, sink);
         }
     } else {  // consumers
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");

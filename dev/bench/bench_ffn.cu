@@ -97,10 +97,10 @@ __global__ void bench_l2_gather_bulk(const uint4 *__restrict__ W, int nrows, int
                                      uint32_t *out) {
     extern __shared__ __align__(128) uint4 bench_rows[];  // [R][chunks]
     __shared__ __align__(8) uint64_t bar;
-    const uint32_t sbar = (uint32_t)__cvta_generic_to_shared(&bar);
+    const uint32_t sbar = twg_smem_addr(&bar);  // mbarrier and bulk-copy helpers: twell/gate_wgmma.cuh
     if (threadIdx.x == 0) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sbar));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        twg_mbar_init(sbar, 1);
+        twg_fence_barrier_init();
     }
     __syncthreads();
     uint32_t acc = 0, phase = 0;
@@ -108,19 +108,13 @@ __global__ void bench_l2_gather_bulk(const uint4 *__restrict__ W, int nrows, int
     for (int i = 0; i < per_cta; i += R) {
         const int nr = per_cta - i < R ? per_cta - i : R;
         if (threadIdx.x == 0) {
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sbar), "r"(row_bytes * nr)
-                         : "memory");
+            twg_mbar_arrive_expect_tx(sbar, row_bytes * nr);
             for (int j = 0; j < nr; j++) {
                 const int r = bench_random_row((uint32_t)seed, blockIdx.x, (uint32_t)(i + j), nrows);
-                const uint32_t dst = (uint32_t)__cvta_generic_to_shared(bench_rows + (size_t)j * chunks);
-                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                             ::"r"(dst), "l"(W + (size_t)r * chunks), "r"(row_bytes), "r"(sbar) : "memory");
+                twg_bulk_copy(twg_smem_addr(bench_rows + (size_t)j * chunks), W + (size_t)r * chunks, row_bytes, sbar);
             }
         }
-        uint32_t done = 0;
-        while (!done)
-            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                         : "=r"(done) : "r"(sbar), "r"(phase) : "memory");
+        twg_mbar_wait(sbar, phase);
         phase ^= 1;
         for (int c = threadIdx.x; c < nr * chunks; c += blockDim.x) {
             const uint4 v = bench_rows[c];

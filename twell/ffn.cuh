@@ -65,12 +65,13 @@
 // ~margin). Crossover nnz* = (1 - s0) / s1. twell_ffn_calibrate() measures s0 and s1 on the caller's
 // own data and GPU (recommended once at start-up); the defaults below are used until then.
 // Defaults: H200, D 2048, F 5632, M 65536, the MEASURED least-squares fit of bench_ffn (uniform rows,
-// nnz 8-64) with the current defaults (bit-mask gate in 16384-row chunks on 128x128 tiles, untuned; up/down
-// split): s0 0.3483, s1 0.008397 -> crossover 78 (run 39 of dev/RESULTS.md; run 34, with the heuristic's
-// 192x192 tiles for the mask GEMM: 0.4151 / 0.008121 -> 72; run 18, fused up/down: 0.4307 / 0.008136 -> 70).
+// nnz 8-128) with the current defaults (wgmma_fe gate, up/down split): s0 0.3401, s1 0.008836 -> crossover 75
+// (run 96 of dev/RESULTS.md; run 39, bit-mask gate in 16384-row chunks on 128x128 tiles: 0.3483 / 0.008397 -> 78;
+// run 34, with the heuristic's 192x192 tiles for the mask GEMM: 0.4151 / 0.008121 -> 72; run 18, fused up/down:
+// 0.4307 / 0.008136 -> 70).
 // Refresh from bench_ffn's "fitted model" line after kernel changes.
-#define TWELL_DISPATCH_S0 0.3483
-#define TWELL_DISPATCH_S1 0.008397
+#define TWELL_DISPATCH_S0 0.3401
+#define TWELL_DISPATCH_S1 0.008836
 #define TWELL_DISPATCH_FOVF 1.2
 #define TWELL_DISPATCH_MARGIN 0.03
 // The decode path's model (M <= decode_rows): predicted decode / dense = s0 + s1 * M * nnz + sm * M + sn * nnz
@@ -144,6 +145,7 @@ typedef struct {
     int gate_chunk_rows;  // rows per gate GEMM + pack chunk; <= gate_scratch_rows (twell_ffn_set_gate_chunk)
     int gate_scratch_rows;
     int gate_max_ctas;    // wgmma gate variants: cap on the persistent grid (0 = all SMs; tests: many tiles per CTA)
+    int gate_skew;        // TWELL_GATE_WGMMA_FE: consumer 1 starts this many k steps late (0..3; 0 = together)
     TwellDispatchModel model;
     // Interleaved up/down weights [F, 2, D] (twell_interleave_weights), owned by the caller; NULL = use
     // Wu / WdT as passed. Set with twell_ffn_set_interleaved; must hold the same values as Wu / WdT.
@@ -648,9 +650,9 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
         if (major != 9) {
             if (!warned) fprintf(stderr, "warning: twell: default gate %s needs a Hopper GPU (sm_%d.x here): using %s\n",
                                  twell_gate_variant_name(variant), major,
-                                 twell_gate_variant_name(TWELL_GATE_CUBLAS_PACK_OVERLAP));
+                                 twell_gate_variant_name(TWELL_GATE_CUBLAS_MASK));
             warned = 1;
-            variant = TWELL_GATE_CUBLAS_PACK_OVERLAP;
+            variant = TWELL_GATE_CUBLAS_MASK;
         }
     }
 #endif
@@ -667,8 +669,9 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
                                        ws->pack_stream, ws->ev_gemm, ws->ev_pack);
         return TWELL_OK;
     case TWELL_GATE_WGMMA:
+    case TWELL_GATE_WGMMA_FE:
         return twell_gate_wgmma_launch(X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters,
-                                       stream, ws->gate_max_ctas);
+                                       stream, ws->gate_max_ctas, variant == TWELL_GATE_WGMMA_FE, ws->gate_skew);
     case TWELL_GATE_WGMMA_C2:
     case TWELL_GATE_WGMMA_PK:
     case TWELL_GATE_WGMMA_C2PK:

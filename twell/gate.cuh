@@ -11,8 +11,10 @@
 // stay in L2: 2048 x 5632 x 2 B = 23 MB), then twell_pack_kernel packs it. cuBLASLt rounds the fp32
 // accumulator to bf16 round-to-nearest, which is exactly the value the format stores.
 //
-// Variant TWELL_GATE_WGMMA (twell/gate_wgmma.cuh, measured slower, not the default): one persistent Hopper
-// kernel, TMA + wgmma GEMM whose epilogue writes the TwELL directly (no scratch, no chunks). Variants
+// Variant TWELL_GATE_WGMMA_FE (twell/gate_wgmma.cuh, the DEFAULT on Hopper since run 96: the fastest measured
+// at every M): one persistent Hopper kernel, TMA + wgmma GEMM whose epilogue writes the TwELL directly (no
+// scratch, no chunks), with a short epilogue (twg_fe_pack_row); TWELL_GATE_WGMMA: the same kernel with round
+// 1's longer epilogue (twg_pack_row, slower). Variants
 // TWELL_GATE_WGMMA_C2 / _PK / _C2PK (twell/gate_wgmma2.cuh): the same with 2-CTA clusters + Wg multicast,
 // and/or the pack moved to packer warps working on a staged tile while the consumers run the next tile.
 //
@@ -20,7 +22,8 @@
 // a side stream while the GEMM of chunk i+1 runs (two scratch buffers); the packs fill the GEMM's tail
 // wave and launch gaps. Same output bit for bit (the pack is per row and tile).
 //
-// Variant TWELL_GATE_CUBLAS_MASK (the default, the fastest measured): as the overlapped one, but each
+// Variant TWELL_GATE_CUBLAS_MASK (the default before run 96, and still on GPUs other than Hopper): as the
+// overlapped one, but each
 // chunk's GEMM uses cuBLASLt's RELU_AUX epilogue, which also writes a 1-bit-per-element mask of the
 // positive products; twell_pack_mask_kernel then reads F/8 bytes of mask per row and only the ~nnz flagged
 // values instead of the whole 2F-byte row (the full pack re-reads the GEMM's entire output: ~0.5 ms at
@@ -55,19 +58,20 @@ enum {
     TWELL_GATE_WGMMA_C2 = 3,    // + 2-CTA clusters, the Wg tile TMA-multicast to both CTAs
     TWELL_GATE_WGMMA_PK = 4,    // + packer warps on a staged bf16 tile (epilogue overlapped with the next mainloop)
     TWELL_GATE_WGMMA_C2PK = 5,  // both
-    TWELL_GATE_CUBLAS_MASK = 6,  // (default) as CUBLAS_PACK_OVERLAP, but the GEMM also writes cuBLASLt's ReLU bit-mask and
+    TWELL_GATE_CUBLAS_MASK = 6,  // (default off Hopper) as CUBLAS_PACK_OVERLAP, but the GEMM also writes cuBLASLt's ReLU bit-mask and
                                  // the pack reads the mask + the active values only (twell_pack_mask_kernel)
-    TWELL_GATE_NUM_VARIANTS = 7,
+    TWELL_GATE_WGMMA_FE = 7,     // (default) as TWELL_GATE_WGMMA with the fast epilogue (twg_fe_pack_row)
+    TWELL_GATE_NUM_VARIANTS = 8,
 };
-// The default gate. Stays the measured cuBLASLt path until a GPU run shows a wgmma variant faster at every
-// M (bench_ffn's "gates" lines) and test_twell passes for it: then flip TWELL_GATE_DEFAULT_WGMMA to 1 (or
-// build with -DTWELL_GATE_DEFAULT_WGMMA=1) and set TWELL_GATE_WGMMA_BEST to the fastest variant. A wgmma
-// default falls back to the cuBLASLt path on a non-Hopper GPU (twell_gate_forward, one warning).
+// The default gate: the wgmma gate TWELL_GATE_WGMMA_BEST, since run 96 measured TWELL_GATE_WGMMA_FE faster than
+// the cuBLASLt mask path at every M (256..131072, bench_ffn's "gates" lines, H200) with the same bits
+// (test_twell). Build with -DTWELL_GATE_DEFAULT_WGMMA=0 for the cuBLASLt mask path. A wgmma default falls
+// back to the cuBLASLt mask path on a GPU without sm_90a (twell_gate_forward, one warning).
 #ifndef TWELL_GATE_DEFAULT_WGMMA
-#define TWELL_GATE_DEFAULT_WGMMA 0
+#define TWELL_GATE_DEFAULT_WGMMA 1
 #endif
 #ifndef TWELL_GATE_WGMMA_BEST
-#define TWELL_GATE_WGMMA_BEST TWELL_GATE_WGMMA_C2PK  // the predicted fastest (twell/NOTES.md)
+#define TWELL_GATE_WGMMA_BEST TWELL_GATE_WGMMA_FE  // the fastest measured (run 96)
 #endif
 #if TWELL_GATE_DEFAULT_WGMMA
 #define TWELL_GATE_DEFAULT TWELL_GATE_WGMMA_BEST
@@ -80,7 +84,9 @@ enum {
 #define TWELL_GATE_DEFAULT_CHUNK 16384
 
 // 1 for the Hopper-only variants (one persistent kernel, no chunks, no scratch).
-static inline int twell_gate_is_wgmma(int v) { return v >= TWELL_GATE_WGMMA && v <= TWELL_GATE_WGMMA_C2PK; }
+static inline int twell_gate_is_wgmma(int v) {
+    return (v >= TWELL_GATE_WGMMA && v <= TWELL_GATE_WGMMA_C2PK) || v == TWELL_GATE_WGMMA_FE;
+}
 
 static inline const char *twell_gate_variant_name(int v) {
     switch (v) {
@@ -91,6 +97,7 @@ static inline const char *twell_gate_variant_name(int v) {
     case TWELL_GATE_WGMMA_PK: return "wgmma_pk";
     case TWELL_GATE_WGMMA_C2PK: return "wgmma_c2pk";
     case TWELL_GATE_CUBLAS_MASK: return "cublas_mask";
+    case TWELL_GATE_WGMMA_FE: return "wgmma_fe";
     default: return "?";
     }
 }

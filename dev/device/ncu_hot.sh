@@ -33,6 +33,12 @@ def num(x):
 tot = sum(num(r[cs]) for r in body) or 1
 print("columns:", h)
 print("total samples", tot)
+# where the samples are along the kernel (buckets of 250 SASS lines: main loop vs epilogue)
+B = 250
+for b in range(0, len(body), B):
+    part = sum(num(r[cs]) for r in body[b:b + B])
+    if part / tot >= 0.005:
+        print(f"lines {b:5d}-{min(b + B, len(body)) - 1:5d}: {100 * part / tot:5.1f}% of the samples")
 for i, r in sorted(enumerate(body), key=lambda t: -num(t[1][cs]))[:60]:
     print(f"{i:6d} {100*num(r[cs])/tot:5.1f}%  {r[src][:90]}")
 PY

@@ -424,7 +424,7 @@ static void run_shapes(int gated) {
     }
 }
 
-// The Hopper wgmma gates (TWELL_GATE_WGMMA and the wgmma2 variants C2 / PK / C2PK, fused TwELL epilogue) bit
+// The Hopper wgmma gates (TWELL_GATE_WGMMA, its fast-epilogue twin WGMMA_FE and the wgmma2 variants C2 / PK / C2PK) bit
 // for bit vs the CPU packer on the exact integer inputs, on M not a multiple of 128 (1, 77, 129, 1000: for the
 // 2-CTA clusters also pairs whose second M tile is partly or wholly past M), D 64..2048, F 256..5632, C 8/4/2,
 // then the whole FFN through it. Every shape runs with the full persistent grid AND with the grid capped at
@@ -467,6 +467,15 @@ static void run_gate_wgmma(int variant) {
         check_gate(&P, &ws);  // again: persistent-kernel state must not leak between calls
         ws.gate_max_ctas = 4;  // many tiles per CTA
         check_gate(&P, &ws);
+        if (variant == TWELL_GATE_WGMMA_FE) {  // the consumers skewed by 1 and 3 k steps (3 > KT = 1 at D 64: clamped)
+            for (int skew = 1; skew <= 3; skew += 2) {
+                ws.gate_skew = skew;
+                check_gate(&P, &ws);
+            }
+            ws.gate_max_ctas = 0;
+            check_gate(&P, &ws);
+            ws.gate_skew = 0;
+        }
         ws.gate_max_ctas = 0;
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/gate_wgmma");
         assert_int_equal(r.n_overflow - r.sliced_rows, count_ovf_rows(&P));
@@ -486,6 +495,7 @@ static void run_gate_wgmma(int variant) {
     }
 }
 static void test_gate_wgmma(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA); }
+static void test_gate_wgmma_fe(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_FE); }
 static void test_gate_wgmma_pk(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_PK); }
 static void test_gate_wgmma_c2(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_C2); }
 static void test_gate_wgmma_c2pk(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_C2PK); }
@@ -1355,6 +1365,7 @@ int main(int argc, char **argv) {
     if (g_have_gpu) matmul_context_init(&g_mm);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shape_errors),        cmocka_unit_test(test_gate_wgmma),
+        cmocka_unit_test(test_gate_wgmma_fe),
         cmocka_unit_test(test_gate_wgmma_pk),       cmocka_unit_test(test_gate_wgmma_c2),
         cmocka_unit_test(test_gate_wgmma_c2pk),
         cmocka_unit_test(test_all_full_and_all_zero),

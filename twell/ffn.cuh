@@ -142,8 +142,8 @@ typedef struct {
     int max_M, D, F, C, gated;
     int gate_variant;     // TWELL_GATE_* (default TWELL_GATE_DEFAULT)
     int updown_variant;   // TWELL_UPDOWN_* (default AUTO: see twell_ffn_updown_resolve)
-    int gate_chunk_rows;  // rows per gate GEMM + pack chunk; <= gate_scratch_rows (twell_ffn_set_gate_chunk)
-    int gate_scratch_rows;
+    int gate_chunk_rows;  // rows per gate GEMM + pack chunk of the cuBLASLt gates (twell_ffn_set_gate_chunk)
+    int gate_scratch_rows;  // rows of gate_scratch / gate_mask allocated (0 until a cuBLASLt gate runs)
     int gate_max_ctas;    // wgmma gate variants: cap on the persistent grid (0 = all SMs; tests: many tiles per CTA)
     int gate_skew;        // TWELL_GATE_WGMMA_FE: consumer 1 starts this many k steps late (0..3; 0 = together)
     TwellDispatchModel model;
@@ -293,9 +293,8 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->last_sparse_share = 1.0;
     ws->dense.chunk_rows = 16384;
     if (ws->dense.chunk_rows > max_M) ws->dense.chunk_rows = max_M;
-    int gcr = ws->gate_chunk_rows < max_M ? ws->gate_chunk_rows : max_M;
-    ws->gate_chunk_rows = gcr;
-    ws->gate_scratch_rows = gcr;
+    ws->gate_chunk_rows = ws->gate_chunk_rows < max_M ? ws->gate_chunk_rows : max_M;
+    ws->gate_scratch_rows = 0;  // the cuBLASLt gates' scratch: allocated on their first use (twell_ffn_gate_scratch_ensure)
     cudaCheck(cudaMalloc(&ws->tw, sizeof(uint32_t) * (size_t)max_M * (F / C)));
     cudaCheck(cudaMalloc(&ws->ovf_flag, sizeof(int) * (size_t)max_M));
     cudaCheck(cudaMalloc(&ws->ovf_list, sizeof(int) * (size_t)max_M));
@@ -305,8 +304,6 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     cudaCheck(cudaMallocHost(&ws->dense_nnz_host, sizeof(unsigned long long)));
     cudaCheck(cudaEventCreateWithFlags(&ws->dense_nnz_ready, cudaEventDisableTiming));
     for (int b = 0; b < 2; b++) {
-        cudaCheck(cudaMalloc(&ws->gate_scratch[b], sizeof(bf16) * (size_t)gcr * F));
-        cudaCheck(cudaMalloc(&ws->gate_mask[b], sizeof(uint32_t) * (size_t)gcr * (F / 32)));
         cudaCheck(cudaEventCreateWithFlags(&ws->ev_gemm[b], cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&ws->ev_pack[b], cudaEventDisableTiming));
     }
@@ -377,25 +374,32 @@ static inline double twell_ffn_read_count(TwellFFNWorkspace *ws) {
     return ws->last_mean_nnz;
 }
 
-// Sets the gate chunk (rows per GEMM + pack); grows the two scratch buffers if needed (synchronizes
-// the device when it reallocates). rows in [1, max_M] (larger is clamped to max_M).
+// The cuBLASLt gate variants' scratch (2 x [gate_chunk_rows, F] bf16 + their ReLU bit-masks: 392 MB at 16384
+// rows and F 5632), allocated on their first use or grown to gate_chunk_rows (synchronizes the device when it
+// reallocates). The default gate on Hopper (wgmma_fe) never needs it.
+static inline void twell_ffn_gate_scratch_ensure(TwellFFNWorkspace *ws) {
+    const int rows = ws->gate_chunk_rows;
+    if (rows <= ws->gate_scratch_rows) return;
+    if (ws->gate_scratch_rows > 0) cudaCheck(cudaDeviceSynchronize());
+    for (int b = 0; b < 2; b++) {
+        cudaCheck(cudaFree(ws->gate_scratch[b]));
+        cudaCheck(cudaFree(ws->gate_mask[b]));
+        cudaCheck(cudaMalloc(&ws->gate_scratch[b], sizeof(bf16) * (size_t)rows * ws->F));
+        cudaCheck(cudaMalloc(&ws->gate_mask[b], sizeof(uint32_t) * (size_t)rows * (ws->F / 32)));
+    }
+    ws->gate_scratch_rows = rows;
+}
+
+// Sets the gate chunk (rows per GEMM + pack of the cuBLASLt gates); grows their scratch now if it is already
+// allocated (else on first use). rows in [1, max_M] (larger is clamped to max_M).
 static inline int twell_ffn_set_gate_chunk(TwellFFNWorkspace *ws, int rows) {
     if (rows < 1) {
         fprintf(stderr, "error: twell_ffn_set_gate_chunk: rows=%d must be >= 1\n", rows);
         return TWELL_ERR_ARG;
     }
     if (rows > ws->max_M) rows = ws->max_M;
-    if (rows > ws->gate_scratch_rows) {
-        cudaCheck(cudaDeviceSynchronize());
-        for (int b = 0; b < 2; b++) {
-            cudaCheck(cudaFree(ws->gate_scratch[b]));
-            cudaCheck(cudaFree(ws->gate_mask[b]));
-            cudaCheck(cudaMalloc(&ws->gate_scratch[b], sizeof(bf16) * (size_t)rows * ws->F));
-            cudaCheck(cudaMalloc(&ws->gate_mask[b], sizeof(uint32_t) * (size_t)rows * (ws->F / 32)));
-        }
-        ws->gate_scratch_rows = rows;
-    }
     ws->gate_chunk_rows = rows;
+    if (ws->gate_scratch_rows > 0) twell_ffn_gate_scratch_ensure(ws);
     return TWELL_OK;
 }
 
@@ -631,9 +635,9 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
         fprintf(stderr, "error: twell_gate_forward: M=%d must be in [1, max_M=%d] of the workspace\n", M, ws->max_M);
         return TWELL_ERR_WORKSPACE;
     }
-    if (ws->gate_chunk_rows < 1 || ws->gate_chunk_rows > ws->gate_scratch_rows) {
-        fprintf(stderr, "error: twell_gate_forward: gate_chunk_rows=%d must be in [1, %d] (the scratch allocated)\n",
-                ws->gate_chunk_rows, ws->gate_scratch_rows);
+    if (ws->gate_chunk_rows < 1 || ws->gate_chunk_rows > ws->max_M) {
+        fprintf(stderr, "error: twell_gate_forward: gate_chunk_rows=%d must be in [1, max_M=%d]\n", ws->gate_chunk_rows,
+                ws->max_M);
         return TWELL_ERR_WORKSPACE;
     }
     cudaCheck(cudaMemsetAsync(ws->ovf_flag, 0, sizeof(int) * (size_t)M, stream));
@@ -656,6 +660,8 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
         }
     }
 #endif
+    if (variant == TWELL_GATE_CUBLAS_PACK || variant == TWELL_GATE_CUBLAS_PACK_OVERLAP || variant == TWELL_GATE_CUBLAS_MASK)
+        twell_ffn_gate_scratch_ensure(ws);
     switch (variant) {
     case TWELL_GATE_CUBLAS_PACK:
         twell_gate_cublas_pack(mm, X, W, M, ws->D, ws->F, ws->C, ws->gate_scratch[0], ws->gate_chunk_rows, ws->tw,
@@ -695,6 +701,7 @@ static inline int twell_ffn_tune_gate(MatmulContext *mm, TwellFFNWorkspace *ws, 
         fprintf(stderr, "error: twell_ffn_tune_gate: M=%d must be in [1, max_M=%d]\n", M, ws->max_M);
         return TWELL_ERR_WORKSPACE;
     }
+    twell_ffn_gate_scratch_ensure(ws);
     const int mask = ws->gate_variant == TWELL_GATE_CUBLAS_MASK && !ws->gate_mask_failed;
     const int c = ws->gate_chunk_rows < M ? ws->gate_chunk_rows : M, rest = M % c;
     for (int k = 0; k < (rest ? 2 : 1); k++) {

@@ -221,7 +221,10 @@ int main(int argc, char **argv) {
     ws.updown_variant = o.variant;
     ws.gate_variant = o.gate_variant;
     const int chunks_sweep[5] = {4096, 8192, 16384, 32768, 65536};
-    if (o.variants && twell_ffn_set_gate_chunk(&ws, 65536) != TWELL_OK) return 1;  // scratch for the sweep
+    if (o.variants) {  // scratch for the sweep (the cuBLASLt gates' GEMMs below use it directly)
+        if (twell_ffn_set_gate_chunk(&ws, 65536) != TWELL_OK) return 1;
+        twell_ffn_gate_scratch_ensure(&ws);
+    }
     const int default_chunk = o.gate_chunk > 0 ? o.gate_chunk : ws.gate_chunk_rows;
     if (twell_ffn_set_gate_chunk(&ws, default_chunk) != TWELL_OK) return 1;
     ws.gate_skew = o.gate_skew;  // wgmma_fe only

@@ -330,11 +330,13 @@ static void run_shapes(int gated) {
         assert_int_equal(twell_ffn_workspace_create(&ws, sh.M, sh.D, sh.F, sh.C, gated), TWELL_OK);
         ws.gate_chunk_rows = sh.gate_chunk;
         if (ws.gate_chunk_rows > sh.M) ws.gate_chunk_rows = sh.M;
+        assert_int_equal(ws.gate_scratch_rows, 0);  // the cuBLASLt gates' scratch: only on their first use
         for (int gv = 0; gv < TWELL_GATE_NUM_VARIANTS; gv++) {  // every gate variant, bit for bit
             ws.gate_variant = gv;
             printf("    gate variant %s, chunk %d\n", twell_gate_variant_name(gv), ws.gate_chunk_rows);
             check_gate(&P, &ws);
         }
+        assert_int_equal(ws.gate_scratch_rows, ws.gate_chunk_rows);
         ws.gate_variant = TWELL_GATE_DEFAULT;
         int want_ovf = count_ovf_rows(&P);
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse");
@@ -479,6 +481,7 @@ static void run_gate_wgmma(int variant) {
         ws.gate_max_ctas = 0;
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/gate_wgmma");
         assert_int_equal(r.n_overflow - r.sliced_rows, count_ovf_rows(&P));
+        assert_int_equal(ws.gate_scratch_rows, 0);  // no wgmma gate (nor the dense fallback) needs the scratch
         twell_ffn_workspace_free(&ws);
     }
     // Uniform rows (nnz 8, 29, 128) at the paper's width (few positives per tile: the common case of the

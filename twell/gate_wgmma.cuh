@@ -1,5 +1,7 @@
 // twell/gate_wgmma.cuh: Hopper (sm_90a) gate kernel with the TwELL pack fused into its epilogue:
-//   tw = TwELL(relu(X Wg^T)), no dense gate matrix in memory (variant TWELL_GATE_WGMMA of twell/gate.cuh).
+//   tw = TwELL(relu(X Wg^T)), no dense gate matrix in memory. Two epilogues, same bits: the short one
+//   (variant TWELL_GATE_WGMMA_FE of twell/gate.cuh, the default gate on Hopper, twg_fe_pack_row below) and
+//   round 1's (TWELL_GATE_WGMMA, twg_pack_row, described here; slower).
 //
 //   X  [M, D] bf16 row-major, Wg [F, D] bf16 row-major (nn.Linear weight: K-major, like X), out tw uint32
 //   [M, F/C] (twell/format.h), ovf_flag [M] (zero on entry), ovf_list [M], counters (zero on entry): the

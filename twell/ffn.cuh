@@ -145,7 +145,6 @@ typedef struct {
     int gate_chunk_rows;  // rows per gate GEMM + pack chunk of the cuBLASLt gates (twell_ffn_set_gate_chunk)
     int gate_scratch_rows;  // rows of gate_scratch / gate_mask allocated (0 until a cuBLASLt gate runs)
     int gate_max_ctas;    // wgmma gate variants: cap on the persistent grid (0 = all SMs; tests: many tiles per CTA)
-    int gate_skew;        // TWELL_GATE_WGMMA_FE: consumer 1 starts this many k steps late (0..3; 0 = together)
     TwellDispatchModel model;
     // Interleaved up/down weights [F, 2, D] (twell_interleave_weights), owned by the caller; NULL = use
     // Wu / WdT as passed. Set with twell_ffn_set_interleaved; must hold the same values as Wu / WdT.
@@ -677,7 +676,7 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
     case TWELL_GATE_WGMMA:
     case TWELL_GATE_WGMMA_FE:
         return twell_gate_wgmma_launch(X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters,
-                                       stream, ws->gate_max_ctas, variant == TWELL_GATE_WGMMA_FE, ws->gate_skew);
+                                       stream, ws->gate_max_ctas, variant == TWELL_GATE_WGMMA_FE);
     case TWELL_GATE_WGMMA_C2:
     case TWELL_GATE_WGMMA_PK:
     case TWELL_GATE_WGMMA_C2PK:

@@ -376,7 +376,7 @@ template <int FE>
 __global__ void __launch_bounds__(TWG_THREADS, 1)
 twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW, int M, int D,
                         int F, int words, uint32_t *__restrict__ tw, int *__restrict__ ovf_flag,
-                        int *__restrict__ ovf_list, TwellCounters *__restrict__ counters, int skew) {
+                        int *__restrict__ ovf_list, TwellCounters *__restrict__ counters) {
     extern __shared__ uint8_t twg_smem_raw[];
     // Stage s: A tile at base + s * STAGE_BYTES (128 rows x 128 B), B tile right after it (256 rows x 128 B).
     // base is rounded up to 1024 B (the 128B-swizzle atom: TMA and wgmma both swizzle on address bits 4..9).
@@ -424,11 +424,6 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
         for (int i = 0; i < 128; i++) d[i] = 0.0f;
         unsigned long long nnz = 0;
         uint32_t it = 0;
-        // Skew (FE, skew = 1..STAGES-1, clamped by the launcher to <= KT): consumer 1 starts after consumer 0 has
-        // issued its first `skew` k steps (named barrier 1: 128 arrive + 128 sync), so the two reach their
-        // epilogues apart and one's epilogue can run under the other's wgmmas (the ring lets them drift by up to
-        // STAGES k steps; consumer 0 never waits for consumer 1 before its k step STAGES).
-        if (FE && skew > 0 && c == 1) asm volatile("bar.sync 1, 256;" ::: "memory");
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             const int m0 = (t / num_n) * TWG_BM, tn = t % num_n;
             for (int kt = 0; kt < KT; kt++, it++) {
@@ -437,7 +432,6 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
                 const uint32_t sa = base + s * TWG_STAGE_BYTES + (uint32_t)c * (64 * 128);  // 64 rows x 128 B
                 const uint32_t sb = base + s * TWG_STAGE_BYTES + TWG_A_BYTES;
                 twg_kstep(d, sa, sb, kt == 0);
-                if (FE && skew > 0 && c == 0 && it == (uint32_t)(skew - 1)) asm volatile("bar.arrive 1, 256;" ::: "memory");
                 if (kt > 0) {  // the previous k step's group is done: release its stage
                     twg_wgmma_wait<1>();
                     twg_fence_acc(d);
@@ -552,10 +546,9 @@ static inline int twell_gate_wgmma_check(const bf16 *X, const bf16 *W, int M, in
 // X [M, D], W [F, D] -> tw [M, F/C] + ovf_flag / ovf_list / counters (zeroed by the caller on `stream`).
 // max_ctas > 0 caps the persistent grid (tests: many tiles per CTA on small shapes); 0 = one CTA per SM.
 // fast_epilogue: 1 = TWELL_GATE_WGMMA_FE (twg_fe_pack_row), 0 = TWELL_GATE_WGMMA (twg_pack_row).
-// skew (fast_epilogue only): consumer 1 starts `skew` k steps after consumer 0 (clamped to 0..min(STAGES-1, D/64)).
 static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, int D, int F, int C, uint32_t *tw,
                                           int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream,
-                                          int max_ctas = 0, int fast_epilogue = 0, int skew = 0) {
+                                          int max_ctas = 0, int fast_epilogue = 0) {
     int e = twell_gate_wgmma_check(X, W, M, D, F, C);
     if (e) return e;
     TwgEncodeTiledFn enc = twg_encode_fn();
@@ -564,18 +557,14 @@ static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, i
     if ((e = twg_make_map(enc, &tmX, X, M, D, TWG_BM, "X"))) return e;
     if ((e = twg_make_map(enc, &tmW, W, F, D, TWG_BN, "Wg"))) return e;
     int sms = cuda_sm_count();
-    void (*kern)(const CUtensorMap, const CUtensorMap, int, int, int, int, uint32_t *, int *, int *, TwellCounters *,
-                 int) = fast_epilogue ? twell_gate_wgmma_kernel<1> : twell_gate_wgmma_kernel<0>;
-    if (!fast_epilogue || skew < 0) skew = 0;
-    if (skew > TWG_STAGES - 1) skew = TWG_STAGES - 1;
-    if (skew > D / TWG_BK) skew = D / TWG_BK;
+    void (*kern)(const CUtensorMap, const CUtensorMap, int, int, int, int, uint32_t *, int *, int *, TwellCounters *) =
+        fast_epilogue ? twell_gate_wgmma_kernel<1> : twell_gate_wgmma_kernel<0>;
     const int smem = fast_epilogue ? TWG_FE_SMEM_BYTES : TWG_SMEM_BYTES;
     cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const long long tiles = (long long)CEIL_DIV(M, TWG_BM) * (F / TWG_BN);
     if (max_ctas > 0 && max_ctas < sms) sms = max_ctas;
     const int grid = (int)(tiles < sms ? tiles : sms);
-    kern<<<grid, TWG_THREADS, smem, stream>>>(tmX, tmW, M, D, F, TWELL_TILE / C, tw, ovf_flag, ovf_list, counters,
-                                              skew);
+    kern<<<grid, TWG_THREADS, smem, stream>>>(tmX, tmW, M, D, F, TWELL_TILE / C, tw, ovf_flag, ovf_list, counters);
     cudaCheckLaunch();
     return TWELL_OK;
 }

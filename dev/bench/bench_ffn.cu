@@ -1,7 +1,7 @@
 // dev/bench/bench_ffn.cu: TwELL FFN vs dense gated FFN (cuBLASLt), same process, same inputs.
 //
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
-//                   [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--gate-skew K] [--interleave] [--l2persist]
+//                   [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]
 //                   [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--split-up] [--variants]
 //                   [--no-wgmma] [--gates 2,3,4,5,7] [--D 2048] [--F 5632]
 // --tune: per M, twell_ffn_tune_gate (the gate GEMM's fastest cuBLASLt algorithm, opt-in) and the same for the
@@ -13,8 +13,6 @@
 //         alone (every chunk through buffer 0; token-major, blocked 256, blocked 512), the blocked ups' build / up /
 //         finish kernels alone, and the sparse FFN with each, timed in one interleaved round set, and the rows the
 //         blocked ups left to the token-major up (blocks over capacity).
-// --gate-skew K: the wgmma_fe gate's second consumer warpgroup starts K k steps after the first (0..3,
-//         ws->gate_skew), so their epilogues fall apart.
 // --gather: a line under each row with the L2 gather probes alone (16-byte loads as in --variants, and whole rows
 //         through cp.async.bulk), at the up/down's traffic for nnz 29.
 // --sliced: a line under each row with the sparse FFN through the sliced up/down (twell/sliced.cuh), timed in
@@ -82,7 +80,7 @@
 #include "dev/bench/bench_rows.cuh"
 
 typedef struct {
-    int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, gate_skew, interleave, l2persist, calibrate, wgmma, tune;
+    int quick, reps, variant, variants, D, F, gate_variant, gate_chunk, interleave, l2persist, calibrate, wgmma, tune;
     int sliced, gather, splitg, splitup;
     std::vector<int> Ms;
     std::vector<int> gates;  // wgmma gate variants timed side by side (empty: none)
@@ -131,7 +129,7 @@ __global__ void bench_l2_gather_bulk(const uint4 *__restrict__ W, int nrows, int
 int main(int argc, char **argv) {
     Opts o;
     o.quick = 0; o.reps = 15; o.variant = 0; o.wgmma = 1; o.variants = 0; o.D = 2048; o.F = 5632;
-    o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.gate_skew = 0; o.interleave = 0; o.l2persist = 0; o.calibrate = 1;
+    o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.interleave = 0; o.l2persist = 0; o.calibrate = 1;
     o.tune = 0; o.sliced = 0; o.gather = 0; o.splitg = 0; o.splitup = 0;
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
@@ -142,7 +140,7 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%%] [--pattern uniform|heavy|both]\n"
-                   "                 [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--gate-skew K] [--interleave] [--l2persist]\n"
+                   "                 [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]\n"
                    "                 [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--split-up] [--variants]\n"
                    "                 [--no-wgmma] [--gates 2,3,4,5,7] [--D 2048] [--F 5632]\n"
                    "Times the dense gated FFN (cuBLASLt), the TwELL FFN and the dispatched path on the same inputs with a\n"
@@ -162,7 +160,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--variants")) { o.variants = 1; }
         else if (!strcmp(a, "--gate-variant") && v) { o.gate_variant = atoi(v); i++; }
         else if (!strcmp(a, "--gate-chunk") && v) { o.gate_chunk = atoi(v); i++; }
-        else if (!strcmp(a, "--gate-skew") && v) { o.gate_skew = atoi(v); i++; }
         else if (!strcmp(a, "--interleave")) { o.interleave = 1; }
         else if (!strcmp(a, "--l2persist")) { o.l2persist = 1; }
         else if (!strcmp(a, "--no-calibrate")) { o.calibrate = 0; }
@@ -227,7 +224,6 @@ int main(int argc, char **argv) {
     }
     const int default_chunk = o.gate_chunk > 0 ? o.gate_chunk : ws.gate_chunk_rows;
     if (twell_ffn_set_gate_chunk(&ws, default_chunk) != TWELL_OK) return 1;
-    ws.gate_skew = o.gate_skew;  // wgmma_fe only
     const TwellDispatchModel static_model = ws.model;
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));

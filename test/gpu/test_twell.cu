@@ -469,15 +469,6 @@ static void run_gate_wgmma(int variant) {
         check_gate(&P, &ws);  // again: persistent-kernel state must not leak between calls
         ws.gate_max_ctas = 4;  // many tiles per CTA
         check_gate(&P, &ws);
-        if (variant == TWELL_GATE_WGMMA_FE) {  // the consumers skewed by 1 and 3 k steps (3 > KT = 1 at D 64: clamped)
-            for (int skew = 1; skew <= 3; skew += 2) {
-                ws.gate_skew = skew;
-                check_gate(&P, &ws);
-            }
-            ws.gate_max_ctas = 0;
-            check_gate(&P, &ws);
-            ws.gate_skew = 0;
-        }
         ws.gate_max_ctas = 0;
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/gate_wgmma");
         assert_int_equal(r.n_overflow - r.sliced_rows, count_ovf_rows(&P));

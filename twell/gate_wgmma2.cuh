@@ -7,6 +7,7 @@
 //
 // One kernel template twell_gate_wgmma2_kernel<CM, PK>, three variants (gate.cuh enum):
 //   TWELL_GATE_WGMMA_C2   CM 2, PK 0: 2-CTA clusters, Wg tile TMA-multicast, fused pack in the consumers
+//                         (since stop 16 the short epilogue of TWELL_GATE_WGMMA_FE, twg_fe_pack_row)
 //   TWELL_GATE_WGMMA_PK   CM 1, PK 1: no cluster, the pack done by packer warps from a staged bf16 tile
 //   TWELL_GATE_WGMMA_C2PK CM 2, PK 1: both (the paper's cluster + an epilogue overlapped with the mainloop)
 // The mainloop, the tile (128 tokens x 256 units = one TwELL tile of 128 rows), the smem operand layout
@@ -59,7 +60,9 @@ struct Tw2Cfg {
     static constexpr int STAGES = PK ? 3 : 4;
     static constexpr int STG_BYTES = PK ? TW2_STG_BYTES : 0;
     // stages + staging + barriers (full, empty per stage; stg_full, stg_empty) + 1024 B alignment slack
-    static constexpr int SMEM = STAGES * TWG_STAGE_BYTES + STG_BYTES + 8 * (2 * STAGES + 2) + 1024;
+    // PK 0: + the short epilogue's per-thread scratch (twg_fe_pack_row), 128-byte aligned
+    static constexpr int FE_BYTES = PK ? 0 : 128 + TWG_FE_SCRATCH_BYTES;
+    static constexpr int SMEM = STAGES * TWG_STAGE_BYTES + STG_BYTES + 8 * (2 * STAGES + 2) + FE_BYTES + 1024;
 };
 static_assert(Tw2Cfg<1>::SMEM <= 232448 && Tw2Cfg<0>::SMEM <= 232448, "wgmma2 gate: over 227 KB of shared memory");
 
@@ -75,34 +78,21 @@ __device__ __forceinline__ void tw2_cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 // Arrive (count 1) on the mbarrier at the same smem offset in CTA `rank` of the cluster (rank may be this CTA).
+// Default semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive: the consumers only READ the
+// stage (wgmma, complete once wgmma.wait_group returns), so nothing has to be made visible to the peer. The
+// first version used .release.cluster (and the producer .acquire.cluster): ptxas turned every release into
+// MEMBAR.ALL.GPU + ERRBAR on the consumer warp before its next wgmma, and every acquire into an L1
+// invalidation (CCTL.IVALL), which made the cluster variants 1.7x slower than the single-CTA kernel (run 100).
 __device__ __forceinline__ void tw2_mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
     asm volatile(
         "{\n.reg .b32 ra;\n"
         "mapa.shared::cluster.u32 ra, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+        "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
         "r"(rank)
         : "memory");
 }
-__device__ __forceinline__ uint32_t tw2_mbar_try_wait_cluster(uint32_t bar, uint32_t parity) {
-    uint32_t ok;
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    return ok;
-}
-// Wait with acquire at cluster scope (the producer's empty waits: the releases come from the peer too).
-__device__ __forceinline__ void tw2_mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-    if (tw2_mbar_try_wait_cluster(bar, parity)) return;
-    const uint64_t t0 = twg_globaltimer();
-    uint32_t n = 0;
-    while (!tw2_mbar_try_wait_cluster(bar, parity)) {
-        if ((++n & 255u) == 0 && twg_globaltimer() - t0 > TWELL_WGMMA_TIMEOUT_NS) asm volatile("trap;");
-    }
-}
+// The producer's empty waits (arrivals from both CTAs' consumers): the plain CTA-scope wait (twg_mbar_wait).
+__device__ __forceinline__ void tw2_mbar_wait_cluster(uint32_t bar, uint32_t parity) { twg_mbar_wait(bar, parity); }
 // TMA 2-D tile multicast: written at offset dst (this CTA's smem address; the same offset in every CTA of
 // cta_mask) and completing its bytes on the mbarrier at offset bar of each destination CTA.
 __device__ __forceinline__ void tw2_tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,
@@ -291,7 +281,7 @@ twell_gate_wgmma2_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_c
                 }
                 twg_mbar_arrive(bar_sfull);  // release: the stores above are visible to the packers' acquire
             } else {
-                // The fused pack of twell/gate_wgmma.cuh.
+                // The short fused pack of twell/gate_wgmma.cuh (TWELL_GATE_WGMMA_FE's epilogue).
                 uint32_t p[64];
 #pragma unroll
                 for (int j = 0; j < 32; j++) {
@@ -300,9 +290,11 @@ twell_gate_wgmma2_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_c
                 }
                 const int row0 = m0 + 64 * c + 16 * warp + (lane >> 2);
                 uint32_t *out0 = tw + (size_t)row0 * row_words + (size_t)tn * words;
-                twg_pack_row<0>(p, row0, M, q, lane, out0, words, S, ovf_flag, ovf_list, counters, nnz);
-                twg_pack_row<1>(p, row0 + 8, M, q, lane, out0 + (size_t)8 * row_words, words, S, ovf_flag,
-                                ovf_list, counters, nnz);
+                const uint32_t scratch = ((bar_sempty + 8u + 127u) & ~127u) + (uint32_t)(128 * c + tid) * 128u;
+                twg_fe_pack_row<0>(p, row0, M, q, lane, scratch, tid & 7, out0, words, S, ovf_flag, ovf_list,
+                                   counters, nnz);
+                twg_fe_pack_row<1>(p, row0 + 8, M, q, lane, scratch, tid & 7, out0 + (size_t)8 * row_words, words, S,
+                                   ovf_flag, ovf_list, counters, nnz);
             }
 #pragma unroll
             for (int i = 0; i < 128; i++) d[i] = 0.0f;

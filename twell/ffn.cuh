@@ -693,7 +693,8 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
 // the bit-mask epilogue for TWELL_GATE_CUBLAS_MASK) on X and W1 (the gate weight, or the up weight when non-gated)
 // and keeps the fastest for the later calls (matmul_tune: reproducible within one process only, so it is not
 // done by default). Overwrites the gate scratch. *first_ms / *best_ms (may be NULL): the heuristic's first choice
-// and the fastest, for the full-size chunk. Returns TWELL_OK, or an error for a bad M.
+// and the fastest, for the full-size chunk. Returns TWELL_OK, or an error for a bad M. Only the cuBLASLt gates
+// (ws->gate_variant 0, 1, 6, and the default off Hopper) use what it picks; the wgmma gates have no choice to tune.
 static inline int twell_ffn_tune_gate(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *W1, int M,
                                       int reps, float *first_ms, float *best_ms) {
     if (M < 1 || M > ws->max_M) {

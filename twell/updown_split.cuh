@@ -76,6 +76,14 @@ twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ 
     float *s_part = s_g + P;                           // [NW][P]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int row = order ? order[blockIdx.x] : blockIdx.x;
+    // x's loads first: their latency runs under the compaction's two dependent loads (counts, then slots)
+    const int nchunks = D / 8;
+    uint4 xraw[CH];
+#pragma unroll
+    for (int k = 0; k < CH; k++) {
+        const int ci = tid + k * NT;
+        xraw[k] = ci < nchunks ? __ldcs(reinterpret_cast<const uint4 *>(X + (size_t)row * D) + ci) : make_uint4(0, 0, 0, 0);
+    }
     const int total = twell_block_compact_row<NT>(tw + (size_t)row * tiles * words, tiles, words, s_off, s_col, s_g);
     if (tid == 0) {
         cnt[row] = total;  // -1: overflow row
@@ -84,17 +92,9 @@ twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ 
     }
     if (total <= 0) return;  // whole block
 
-    const int nchunks = D / 8;
     float xf[CH][8];
 #pragma unroll
-    for (int k = 0; k < CH; k++) {
-        const int ci = tid + k * NT;
-        if (ci < nchunks) twell_bf16x8_to_f32(__ldcs(reinterpret_cast<const uint4 *>(X + (size_t)row * D) + ci), xf[k]);
-        else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) xf[k][e] = 0.0f;
-        }
-    }
+    for (int k = 0; k < CH; k++) twell_bf16x8_to_f32(xraw[k], xf[k]);  // bf16 zeros past D give 0.0f
     for (int base = 0; base < total; base += G) {
         uint4 wu[G][CH];
 #pragma unroll

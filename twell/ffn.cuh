@@ -50,7 +50,6 @@
 #include "twell/gate.cuh"
 #include "twell/gate_wgmma.cuh"
 #include "twell/gate_wgmma2.cuh"
-#include "twell/gate_wgmma_db.cuh"
 #include "twell/sliced.cuh"
 #include "twell/updown.cuh"
 #include "twell/updown_split.cuh"
@@ -678,9 +677,6 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
     case TWELL_GATE_WGMMA_FE:
         return twell_gate_wgmma_launch(X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters,
                                        stream, ws->gate_max_ctas, variant == TWELL_GATE_WGMMA_FE);
-    case TWELL_GATE_WGMMA_DB:
-        return twell_gate_wgmma_db_launch(X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list,
-                                          ws->counters, stream, ws->gate_max_ctas);
     case TWELL_GATE_WGMMA_C2:
     case TWELL_GATE_WGMMA_PK:
     case TWELL_GATE_WGMMA_C2PK:

@@ -61,8 +61,7 @@ enum {
     TWELL_GATE_CUBLAS_MASK = 6,  // (default off Hopper) as CUBLAS_PACK_OVERLAP, but the GEMM also writes cuBLASLt's ReLU bit-mask and
                                  // the pack reads the mask + the active values only (twell_pack_mask_kernel)
     TWELL_GATE_WGMMA_FE = 7,     // (default) as TWELL_GATE_WGMMA with the fast epilogue (twg_fe_pack_row)
-    TWELL_GATE_WGMMA_DB = 8,     // 256 threads, that epilogue under the next tile's wgmmas (twell/gate_wgmma_db.cuh)
-    TWELL_GATE_NUM_VARIANTS = 9,
+    TWELL_GATE_NUM_VARIANTS = 8,
 };
 // The default gate: the wgmma gate TWELL_GATE_WGMMA_BEST, since run 96 measured TWELL_GATE_WGMMA_FE faster than
 // the cuBLASLt mask path at every M (256..131072, bench_ffn's "gates" lines, H200) with the same bits
@@ -86,7 +85,7 @@ enum {
 
 // 1 for the Hopper-only variants (one persistent kernel, no chunks, no scratch).
 static inline int twell_gate_is_wgmma(int v) {
-    return (v >= TWELL_GATE_WGMMA && v <= TWELL_GATE_WGMMA_C2PK) || v == TWELL_GATE_WGMMA_FE || v == TWELL_GATE_WGMMA_DB;
+    return (v >= TWELL_GATE_WGMMA && v <= TWELL_GATE_WGMMA_C2PK) || v == TWELL_GATE_WGMMA_FE;
 }
 
 static inline const char *twell_gate_variant_name(int v) {
@@ -99,7 +98,6 @@ static inline const char *twell_gate_variant_name(int v) {
     case TWELL_GATE_WGMMA_C2PK: return "wgmma_c2pk";
     case TWELL_GATE_CUBLAS_MASK: return "cublas_mask";
     case TWELL_GATE_WGMMA_FE: return "wgmma_fe";
-    case TWELL_GATE_WGMMA_DB: return "wgmma_db";
     default: return "?";
     }
 }

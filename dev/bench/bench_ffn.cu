@@ -134,8 +134,7 @@ int main(int argc, char **argv) {
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
     o.pat_uniform = 1; o.pat_heavy = 1;
-    o.gates = {TWELL_GATE_WGMMA, TWELL_GATE_WGMMA_C2, TWELL_GATE_WGMMA_PK, TWELL_GATE_WGMMA_C2PK, TWELL_GATE_WGMMA_FE,
-              TWELL_GATE_WGMMA_DB};
+    o.gates = {TWELL_GATE_WGMMA, TWELL_GATE_WGMMA_C2, TWELL_GATE_WGMMA_PK, TWELL_GATE_WGMMA_C2PK, TWELL_GATE_WGMMA_FE};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -41,7 +41,9 @@
 #include "twell/updown.cuh"
 #include "twell/up_blocked.cuh"
 
-#define TWELL_SPLIT_CHUNK 16384  // rows per up + down pass (bounds the pairs buffers)
+#ifndef TWELL_SPLIT_CHUNK
+#define TWELL_SPLIT_CHUNK 16384  // rows per up + down pass (bounds the pairs buffers); a build option
+#endif
 #define TWELL_SPLIT_NT 128       // threads per CTA (one token) of both kernels
 #define TWELL_SPLIT_HEAVY 64     // a row with at least this many active units is "heavy" (runs first, counted)
 // Minimum CTAs per SM asked of the compiler (__launch_bounds__) for the up and the down kernel. At 1 both use 48

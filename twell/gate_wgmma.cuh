@@ -300,6 +300,12 @@ __device__ __forceinline__ void twg_pack_row(const uint32_t (&p)[64], int row, i
 #define TWG_FE_SMEM_BYTES (TWG_SMEM_BYTES + 128 + TWG_FE_SCRATCH_BYTES)  // + 128: the scratch aligned to 128
 static_assert(TWG_FE_SMEM_BYTES <= 232448, "wgmma_fe needs more than the 227 KB of shared memory per block");
 
+// Consumer thread ct's (0..255) scratch: 128 B each, from the first 128-byte boundary at or after `after` (the
+// end of the kernel's barriers).
+__device__ __forceinline__ uint32_t twg_fe_scratch(uint32_t after, int ct) {
+    return ((after + 127u) & ~127u) + (uint32_t)ct * 128u;
+}
+
 // 0xFFFF in each half of the bf16x2 word that is > 0 (set.gt without .ftz: subnormals compare exactly).
 __device__ __forceinline__ uint32_t twg_bf16x2_gt0(uint32_t b) {
     uint32_t r;
@@ -453,7 +459,7 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
             const int row0 = m0 + 64 * c + 16 * warp + (lane >> 2);
             uint32_t *out0 = tw + (size_t)row0 * row_words + (size_t)tn * words;
             if (FE) {
-                const uint32_t scratch = ((bar_empty + 8 * TWG_STAGES + 127u) & ~127u) + (uint32_t)(128 * c + tid) * 128u;
+                const uint32_t scratch = twg_fe_scratch(bar_empty + 8 * TWG_STAGES, 128 * c + tid);
                 twg_fe_pack_row<0>(p, row0, M, q, lane, scratch, tid & 7, out0, words, S, ovf_flag, ovf_list, counters,
                                    nnz);
                 twg_fe_pack_row<1>(p, row0 + 8, M, q, lane, scratch, tid & 7, out0 + (size_t)8 * row_words, words, S,

@@ -91,8 +91,6 @@ __device__ __forceinline__ void tw2_mbar_arrive_cluster(uint32_t bar, uint32_t r
         "r"(rank)
         : "memory");
 }
-// The producer's empty waits (arrivals from both CTAs' consumers): the plain CTA-scope wait (twg_mbar_wait).
-__device__ __forceinline__ void tw2_mbar_wait_cluster(uint32_t bar, uint32_t parity) { twg_mbar_wait(bar, parity); }
 // TMA 2-D tile multicast: written at offset dst (this CTA's smem address; the same offset in every CTA of
 // cta_mask) and completing its bytes on the mbarrier at offset bar of each destination CTA.
 __device__ __forceinline__ void tw2_tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,
@@ -171,8 +169,9 @@ twell_gate_wgmma2_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_c
                 const int ma = m0 < M ? m0 : 0;
                 for (int kt = 0; kt < KT; kt++, it++) {
                     const uint32_t s = it % STAGES, ph = (it / STAGES) & 1u;
-                    if (CM > 1) tw2_mbar_wait_cluster(bar_empty + 8 * s, ph ^ 1u);  // round 0 passes at once
-                    else twg_mbar_wait(bar_empty + 8 * s, ph ^ 1u);
+                    // round 0 passes at once; with CM 2 the arrivals come from both CTAs' consumers, and the
+                    // plain CTA-scope wait is enough (see tw2_mbar_arrive_cluster)
+                    twg_mbar_wait(bar_empty + 8 * s, ph ^ 1u);
                     twg_mbar_arrive_expect_tx(bar_full + 8 * s, TWG_STAGE_BYTES);
                     const uint32_t sa = base + s * TWG_STAGE_BYTES, sb = sa + TWG_A_BYTES;
                     twg_tma_load_2d(sa, &tmX, bar_full + 8 * s, kt * TWG_BK, ma);  // rows >= M: zero fill
@@ -290,7 +289,7 @@ twell_gate_wgmma2_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_c
                 }
                 const int row0 = m0 + 64 * c + 16 * warp + (lane >> 2);
                 uint32_t *out0 = tw + (size_t)row0 * row_words + (size_t)tn * words;
-                const uint32_t scratch = ((bar_sempty + 8u + 127u) & ~127u) + (uint32_t)(128 * c + tid) * 128u;
+                const uint32_t scratch = twg_fe_scratch(bar_sempty + 8u, 128 * c + tid);
                 twg_fe_pack_row<0>(p, row0, M, q, lane, scratch, tid & 7, out0, words, S, ovf_flag, ovf_list,
                                    counters, nnz);
                 twg_fe_pack_row<1>(p, row0 + 8, M, q, lane, scratch, tid & 7, out0 + (size_t)8 * row_words, words, S,

@@ -32,8 +32,8 @@
 //   flags overflow rows (count > S) exactly like twell_pack_kernel (atomicExch flag -> list) and adds the
 //   count to the thread's nnz (one atomicAdd per warp at the end).
 //
-// Hang guard: every mbarrier wait polls %globaltimer and traps (the launch fails with an error, no
-// silent hang) after TWELL_WGMMA_TIMEOUT_NS. Tests also poll the stream with a host timeout.
+// Hang guard: every mbarrier wait polls %globaltimer and fails the launch (cudaErrorIllegalAddress, no silent
+// hang) after TWELL_WGMMA_TIMEOUT_NS (test/gpu/test_hang_guard.cu). Tests also poll the stream with a host timeout.
 #ifndef SLLM_TWELL_GATE_WGMMA_CUH
 #define SLLM_TWELL_GATE_WGMMA_CUH
 
@@ -100,16 +100,21 @@ __device__ __forceinline__ uint64_t twg_globaltimer() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-// Wait with a watchdog: traps after TWELL_WGMMA_TIMEOUT_NS (a pipeline bug must fail, never hang). No
-// printf here: a function call between wgmmas makes ptxas serialize them (warning C7510) and a call in
-// the producer branch defeats setmaxnreg; the trap fails the launch (cudaErrorLaunchFailure or similar)
-// and the host reports it.
+// Kills the launch on purpose: a store to global address 0, so the launch fails with cudaErrorIllegalAddress and
+// the host reports it. Not `trap`: a trap (or __trap()) anywhere in the kernel makes ptxas ignore setmaxnreg and
+// compile every region at the launch bound (168 registers for 384 threads; checked with ptxas -v, CUDA 13.0), and
+// no printf: a function call between wgmmas makes ptxas serialize them (warning C7510).
+__device__ __forceinline__ void twg_fail_launch() {
+    asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(0ull), "r"(0xDEADu) : "memory");
+}
+// Wait with a watchdog: fails the launch (twg_fail_launch) after TWELL_WGMMA_TIMEOUT_NS: a pipeline bug must fail,
+// never hang.
 __device__ __forceinline__ void twg_mbar_wait(uint32_t bar, uint32_t parity) {
     if (twg_mbar_try_wait(bar, parity)) return;
     const uint64_t t0 = twg_globaltimer();
     uint32_t n = 0;
     while (!twg_mbar_try_wait(bar, parity)) {
-        if ((++n & 255u) == 0 && twg_globaltimer() - t0 > TWELL_WGMMA_TIMEOUT_NS) asm volatile("trap;");
+        if ((++n & 255u) == 0 && twg_globaltimer() - t0 > TWELL_WGMMA_TIMEOUT_NS) twg_fail_launch();
     }
 }
 

@@ -44,7 +44,7 @@
 //   No setmaxnreg in PK variants (the packers need more than the producer's 40 registers); every warp
 //   runs at the 168-register launch bound, which the consumers' mainloop fits without spills.
 //
-// Hang guard: every mbarrier wait traps after TWELL_WGMMA_TIMEOUT_NS (see gate_wgmma.cuh).
+// Hang guard: every mbarrier wait fails the launch after TWELL_WGMMA_TIMEOUT_NS (see gate_wgmma.cuh).
 #ifndef SLLM_TWELL_GATE_WGMMA2_CUH
 #define SLLM_TWELL_GATE_WGMMA2_CUH
 

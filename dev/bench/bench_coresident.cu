@@ -31,7 +31,7 @@
 // its fused pack epilogue).
 // Inputs: bench_gen.cuh's uniform gates at the given mean nnz (round 1's pack epilogue sees the real sparsity).
 // Timing: interleaved rounds (every column once per round, rotated start), CUDA events, medians.
-// Hang guard: every mbarrier wait traps after TWELL_WGMMA_TIMEOUT_NS (twell/gate_wgmma.cuh).
+// Hang guard: every mbarrier wait fails the launch after TWELL_WGMMA_TIMEOUT_NS (twell/gate_wgmma.cuh).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -182,7 +182,8 @@ static void problem_free(Problem *P) {
 
 // Hang guard: waits for `stream` by polling cudaStreamQuery; after timeout_s seconds prints a clear error
 // and exits the process (a hung kernel, e.g. an mbarrier bug in the wgmma gate, must not hang the test).
-// A failed kernel (the wgmma gate traps when one of its mbarrier waits exceeds TWELL_WGMMA_TIMEOUT_NS) is
+// A failed kernel (the wgmma gate faults on purpose, cudaErrorIllegalAddress, when one of its mbarrier waits
+// exceeds TWELL_WGMMA_TIMEOUT_NS: test/gpu/test_hang_guard.cu) is
 // reported the same way. _exit: no atexit handler may touch the broken context.
 static void wait_or_die(cudaStream_t stream, double timeout_s, const char *what) {
     const double t0 = sllm_time_s();
@@ -191,7 +192,7 @@ static void wait_or_die(cudaStream_t stream, double timeout_s, const char *what)
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) {
             fflush(stdout);
-            fprintf(stderr, "error: test_twell: %s failed on the device: %s (%s). For the wgmma gate a trap means an "
+            fprintf(stderr, "error: test_twell: %s failed on the device: %s (%s). For the wgmma gate an illegal address means an "
                     "mbarrier wait timed out (pipeline/descriptor bug) -- see twell/gate_wgmma.cuh\n", what,
                     cudaGetErrorString(e), cudaGetErrorName(e));
             _exit(3);

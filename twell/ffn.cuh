@@ -375,7 +375,7 @@ static inline double twell_ffn_read_count(TwellFFNWorkspace *ws) {
 
 // The cuBLASLt gate variants' scratch (2 x [gate_chunk_rows, F] bf16 + their ReLU bit-masks: 392 MB at 16384
 // rows and F 5632), allocated on their first use or grown to gate_chunk_rows (synchronizes the device when it
-// reallocates). The default gate on Hopper (wgmma_fe) never needs it.
+// reallocates). The default gate on Hopper (wgmma_fo) never needs it.
 static inline void twell_ffn_gate_scratch_ensure(TwellFFNWorkspace *ws) {
     const int rows = ws->gate_chunk_rows;
     if (rows <= ws->gate_scratch_rows) return;
@@ -675,8 +675,10 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
         return TWELL_OK;
     case TWELL_GATE_WGMMA:
     case TWELL_GATE_WGMMA_FE:
+    case TWELL_GATE_WGMMA_FO:
         return twell_gate_wgmma_launch(X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters,
-                                       stream, ws->gate_max_ctas, variant == TWELL_GATE_WGMMA_FE);
+                                       stream, ws->gate_max_ctas,
+                                       variant == TWELL_GATE_WGMMA_FO ? 2 : variant == TWELL_GATE_WGMMA_FE ? 1 : 0);
     case TWELL_GATE_WGMMA_C2:
     case TWELL_GATE_WGMMA_PK:
     case TWELL_GATE_WGMMA_C2PK:

@@ -11,10 +11,11 @@
 // stay in L2: 2048 x 5632 x 2 B = 23 MB), then twell_pack_kernel packs it. cuBLASLt rounds the fp32
 // accumulator to bf16 round-to-nearest, which is exactly the value the format stores.
 //
-// Variant TWELL_GATE_WGMMA_FE (twell/gate_wgmma.cuh, the DEFAULT on Hopper since run 96: the fastest measured
-// at every M): one persistent Hopper kernel, TMA + wgmma GEMM whose epilogue writes the TwELL directly (no
-// scratch, no chunks), with a short epilogue (twg_fe_pack_row); TWELL_GATE_WGMMA: the same kernel with round
-// 1's longer epilogue (twg_pack_row, slower). Variants
+// Variant TWELL_GATE_WGMMA_FO (twell/gate_wgmma.cuh, the DEFAULT on Hopper since run 112: 2-2.6% faster than
+// WGMMA_FE at M 16384-131072): one persistent Hopper kernel, TMA + wgmma GEMM whose epilogue writes the TwELL
+// directly (no scratch, no chunks), with a short epilogue (twg_fe_stash / twg_fe_emit) run under the next tile's
+// k steps 1 and 2. TWELL_GATE_WGMMA_FE (the default from run 96 to 111): the same epilogue at the tile's end;
+// TWELL_GATE_WGMMA: round 1's longer epilogue (twg_pack_row, slower). Variants
 // TWELL_GATE_WGMMA_C2 / _PK / _C2PK (twell/gate_wgmma2.cuh): the same with 2-CTA clusters + Wg multicast,
 // and/or the pack moved to packer warps working on a staged tile while the consumers run the next tile.
 //
@@ -60,18 +61,20 @@ enum {
     TWELL_GATE_WGMMA_C2PK = 5,  // both
     TWELL_GATE_CUBLAS_MASK = 6,  // (default off Hopper) as CUBLAS_PACK_OVERLAP, but the GEMM also writes cuBLASLt's ReLU bit-mask and
                                  // the pack reads the mask + the active values only (twell_pack_mask_kernel)
-    TWELL_GATE_WGMMA_FE = 7,     // (default) as TWELL_GATE_WGMMA with the fast epilogue (twg_fe_pack_row)
-    TWELL_GATE_NUM_VARIANTS = 8,
+    TWELL_GATE_WGMMA_FE = 7,     // as TWELL_GATE_WGMMA with the fast epilogue (twg_fe_pack_row)
+    TWELL_GATE_WGMMA_FO = 8,     // (default) as WGMMA_FE, its epilogue run under the next tile's k steps 1 and 2
+    TWELL_GATE_NUM_VARIANTS = 9,
 };
 // The default gate: the wgmma gate TWELL_GATE_WGMMA_BEST, since run 96 measured TWELL_GATE_WGMMA_FE faster than
 // the cuBLASLt mask path at every M (256..131072, bench_ffn's "gates" lines, H200) with the same bits
-// (test_twell). Build with -DTWELL_GATE_DEFAULT_WGMMA=0 for the cuBLASLt mask path. A wgmma default falls
+// (test_twell), and runs 111-112 WGMMA_FO 2-2.6% faster than WGMMA_FE at M 16384-131072 (equal within 0.001 ms
+// at M 256-2048). Build with -DTWELL_GATE_DEFAULT_WGMMA=0 for the cuBLASLt mask path. A wgmma default falls
 // back to the cuBLASLt mask path on a GPU without sm_90a (twell_gate_forward, one warning).
 #ifndef TWELL_GATE_DEFAULT_WGMMA
 #define TWELL_GATE_DEFAULT_WGMMA 1
 #endif
 #ifndef TWELL_GATE_WGMMA_BEST
-#define TWELL_GATE_WGMMA_BEST TWELL_GATE_WGMMA_FE  // the fastest measured (run 96)
+#define TWELL_GATE_WGMMA_BEST TWELL_GATE_WGMMA_FO  // the fastest measured (runs 111-112)
 #endif
 #if TWELL_GATE_DEFAULT_WGMMA
 #define TWELL_GATE_DEFAULT TWELL_GATE_WGMMA_BEST
@@ -85,7 +88,7 @@ enum {
 
 // 1 for the Hopper-only variants (one persistent kernel, no chunks, no scratch).
 static inline int twell_gate_is_wgmma(int v) {
-    return (v >= TWELL_GATE_WGMMA && v <= TWELL_GATE_WGMMA_C2PK) || v == TWELL_GATE_WGMMA_FE;
+    return (v >= TWELL_GATE_WGMMA && v <= TWELL_GATE_WGMMA_C2PK) || v == TWELL_GATE_WGMMA_FE || v == TWELL_GATE_WGMMA_FO;
 }
 
 static inline const char *twell_gate_variant_name(int v) {
@@ -98,6 +101,7 @@ static inline const char *twell_gate_variant_name(int v) {
     case TWELL_GATE_WGMMA_C2PK: return "wgmma_c2pk";
     case TWELL_GATE_CUBLAS_MASK: return "cublas_mask";
     case TWELL_GATE_WGMMA_FE: return "wgmma_fe";
+    case TWELL_GATE_WGMMA_FO: return "wgmma_fo";
     default: return "?";
     }
 }

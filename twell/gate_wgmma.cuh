@@ -1,7 +1,8 @@
 // twell/gate_wgmma.cuh: Hopper (sm_90a) gate kernel with the TwELL pack fused into its epilogue:
-//   tw = TwELL(relu(X Wg^T)), no dense gate matrix in memory. Two epilogues, same bits: the short one
-//   (variant TWELL_GATE_WGMMA_FE of twell/gate.cuh, the default gate on Hopper, twg_fe_pack_row below) and
-//   round 1's (TWELL_GATE_WGMMA, twg_pack_row, described here; slower).
+//   tw = TwELL(relu(X Wg^T)), no dense gate matrix in memory. Three epilogues, same bits: the short one
+//   deferred under the next tile's k steps 1 and 2 (variant TWELL_GATE_WGMMA_FO of twell/gate.cuh, the default
+//   gate on Hopper; twg_fe_stash / twg_fe_emit / twg_fo_part below), the short one at the tile's end
+//   (TWELL_GATE_WGMMA_FE, twg_fe_pack_row) and round 1's (TWELL_GATE_WGMMA, twg_pack_row, described here; slower).
 //
 //   X  [M, D] bf16 row-major, Wg [F, D] bf16 row-major (nn.Linear weight: K-major, like X), out tw uint32
 //   [M, F/C] (twell/format.h), ovf_flag [M] (zero on entry), ovf_list [M], counters (zero on entry): the
@@ -318,23 +319,32 @@ __device__ __forceinline__ uint32_t twg_bf16x2_gt0(uint32_t b) {
     return r;
 }
 
+// Part 1 of the short epilogue for row H of this thread's pair (rows 16w + l/4 + 8H): the lane's two activity
+// words (w0: j < 16, w1: j >= 16) and the row's 32 bf16x2 words to this thread's scratch (their registers die
+// here; twg_fe_emit reads the active ones back). The scratch must not hold a row still being emitted.
 template <int H>
-__device__ __forceinline__ void twg_fe_pack_row(const uint32_t (&p)[64], int row, int M, int q, int lane,
-                                                uint32_t scratch, int swz, uint32_t *__restrict__ tile_out, int W,
-                                                int S, int *__restrict__ ovf_flag, int *__restrict__ ovf_list,
-                                                TwellCounters *__restrict__ counters, unsigned long long &nnz) {
-    uint32_t w0 = 0, w1 = 0;  // this lane's activity words (j < 16, j >= 16)
+__device__ __forceinline__ void twg_fe_stash(const uint32_t (&p)[64], uint32_t scratch, int swz, uint32_t &w0,
+                                             uint32_t &w1) {
+    w0 = 0;
+    w1 = 0;
 #pragma unroll
     for (int j = 0; j < 16; j++) {
         w0 |= twg_bf16x2_gt0(p[2 * j + H]) & (0x00010001u << j);
         w1 |= twg_bf16x2_gt0(p[2 * (j + 16) + H]) & (0x00010001u << j);
     }
-    // the row's values to this thread's scratch now (their registers die here; the loop below reads them back)
 #pragma unroll
     for (int c = 0; c < 8; c++)
         asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(scratch + (uint32_t)((c ^ swz) << 4)),
                      "r"(p[2 * (4 * c) + H]), "r"(p[2 * (4 * c + 1) + H]), "r"(p[2 * (4 * c + 2) + H]),
                      "r"(p[2 * (4 * c + 3) + H]));
+}
+
+// Part 2: the row's TwELL tile (zeros + count, then the active values from the scratch), its overflow flag and
+// non-zeros, from the activity words of twg_fe_stash. Every lane of the warp must call it (shuffles, __syncwarp).
+__device__ __forceinline__ void twg_fe_emit(uint32_t w0, uint32_t w1, int row, int M, int q, int lane,
+                                            uint32_t scratch, int swz, uint32_t *__restrict__ tile_out, int W, int S,
+                                            int *__restrict__ ovf_flag, int *__restrict__ ovf_list,
+                                            TwellCounters *__restrict__ counters, unsigned long long &nnz) {
     uint32_t q0[4], q1[4];  // the quad's words, lane k = qbase + k
     const int qbase = lane & ~3;
 #pragma unroll
@@ -380,9 +390,42 @@ __device__ __forceinline__ void twg_fe_pack_row(const uint32_t (&p)[64], int row
     }
 }
 
+// Both parts at once: packs row `row` (= rows 16w + l/4 + 8H of the consumer's 64) from p[2j + H].
+template <int H>
+__device__ __forceinline__ void twg_fe_pack_row(const uint32_t (&p)[64], int row, int M, int q, int lane,
+                                                uint32_t scratch, int swz, uint32_t *__restrict__ tile_out, int W,
+                                                int S, int *__restrict__ ovf_flag, int *__restrict__ ovf_list,
+                                                TwellCounters *__restrict__ counters, unsigned long long &nnz) {
+    uint32_t w0, w1;
+    twg_fe_stash<H>(p, scratch, swz, w0, w1);
+    twg_fe_emit(w0, w1, row, M, q, lane, scratch, swz, tile_out, W, S, ovf_flag, ovf_list, counters, nnz);
+}
+
+// One deferred part of a tile's short epilogue (FE 2): part 2 emits row 0 (stashed at the tile's end: activity
+// words w0a / w1a, values in the scratch), part 1 stashes and emits row 1 from p (rows row0 and row0 + 8, output
+// tile out0, rows row_words words apart).
+__device__ __forceinline__ void twg_fo_part(int part, const uint32_t (&p)[64], uint32_t w0a, uint32_t w1a, int row0,
+                                            int M, int q, int lane, uint32_t scratch, int swz, uint32_t *out0,
+                                            int row_words, int W, int S, int *__restrict__ ovf_flag,
+                                            int *__restrict__ ovf_list, TwellCounters *__restrict__ counters,
+                                            unsigned long long &nnz) {
+    if (part == 2) {
+        twg_fe_emit(w0a, w1a, row0, M, q, lane, scratch, swz, out0, W, S, ovf_flag, ovf_list, counters, nnz);
+    } else {
+        uint32_t w0, w1;
+        twg_fe_stash<1>(p, scratch, swz, w0, w1);
+        twg_fe_emit(w0, w1, row0 + 8, M, q, lane, scratch, swz, out0 + (size_t)8 * row_words, W, S, ovf_flag, ovf_list,
+                    counters, nnz);
+    }
+}
+
 // The kernel. tmX: X [M, D] box 64 x 128 (k x rows); tmW: Wg [F, D] box 64 x 256. words = 256 / C.
 // FE = 0: round 1's epilogue (twg_pack_row, TWELL_GATE_WGMMA); FE = 1: the fast one (twg_fe_pack_row,
-// TWELL_GATE_WGMMA_FE, + TWG_FE_SCRATCH_BYTES of shared memory). Same bits.
+// TWELL_GATE_WGMMA_FE, + TWG_FE_SCRATCH_BYTES of shared memory); FE = 2: the fast one deferred (TWELL_GATE_WGMMA_FO):
+// at a tile's end the consumer only rounds its accumulators to bf16 and stashes row 0 (twg_fe_stash); it emits row 0
+// while the next tile's second k step runs on the tensor cores and stashes + emits row 1 under the third, each after
+// the previous stage's release (twg_fo_part; the last tile's parts run after the loop). Its row-1 words (32 registers) stay live
+// next to the 128 accumulators: the consumers' 232 registers (setmaxnreg) hold both. Same bits.
 template <int FE>
 __global__ void __launch_bounds__(TWG_THREADS, 1)
 twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW, int M, int D,
@@ -430,10 +473,17 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
         const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of the tile
         const int tid = threadIdx.x - 128 * wg, warp = tid >> 5, lane = tid & 31, q = lane & 3;
         const int S = words - 1, row_words = (F / TWELL_TILE) * words;
+        const uint32_t scratch = twg_fe_scratch(bar_empty + 8 * TWG_STAGES, 128 * c + tid);  // FE >= 1
         float d[128];
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f;
         unsigned long long nnz = 0;
+        // FE 2: the previous tile's epilogue, deferred into this tile's k steps 1 and 2. pend = its parts still to
+        // run (twg_fo_part); p keeps its row-1 words, pw0/pw1 row 0's activity words (row 0's values are in the
+        // scratch), prow / pout its first row and output tile.
+        uint32_t p[64];
+        int pend = 0, prow = 0;
+        uint32_t pw0 = 0, pw1 = 0, *pout = tw;
         uint32_t it = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             const int m0 = (t / num_n) * TWG_BM, tn = t % num_n;
@@ -448,14 +498,21 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
                     twg_fence_acc(d);
                     if (tid == 0) twg_mbar_arrive(bar_empty + 8 * ((it - 1) % TWG_STAGES));
                 }
+                // FE 2: one part of the previous tile's epilogue while this k step's group runs, after the previous
+                // stage's release (k steps 1 and 2, so the producer refills stage 0 without waiting for it)
+                if (FE == 2 && pend && kt > 0)
+                    twg_fo_part(pend--, p, pw0, pw1, prow, M, q, lane, scratch, tid & 7, pout, row_words, words, S,
+                                ovf_flag, ovf_list, counters, nnz);
             }
+            while (FE == 2 && pend)  // KT <= 2: the parts the k steps left
+                twg_fo_part(pend--, p, pw0, pw1, prow, M, q, lane, scratch, tid & 7, pout, row_words, words, S,
+                            ovf_flag, ovf_list, counters, nnz);
             twg_wgmma_wait<0>();
             twg_fence_acc(d);
             if (tid == 0) twg_mbar_arrive(bar_empty + 8 * ((it - 1) % TWG_STAGES));
             // Epilogue: rows m0 + 64c + 16 warp + lane/4 (+ 8), tile tn. First every accumulator pair becomes
             // its bf16x2 bits (all the format needs), so the 128 fp32 registers die here: the epilogue then
             // runs in ~64 + temporaries registers (with the fp32 values live it spilled at the 168 cap).
-            uint32_t p[64];
 #pragma unroll
             for (int j = 0; j < 32; j++) {
                 p[2 * j] = twg_bf16x2_bits(d[4 * j], d[4 * j + 1]);          // row lane/4, cols 8j + 2q (+1)
@@ -463,8 +520,12 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
             }
             const int row0 = m0 + 64 * c + 16 * warp + (lane >> 2);
             uint32_t *out0 = tw + (size_t)row0 * row_words + (size_t)tn * words;
-            if (FE) {
-                const uint32_t scratch = twg_fe_scratch(bar_empty + 8 * TWG_STAGES, 128 * c + tid);
+            if (FE == 2) {  // row 0 stashed now; its emit and row 1 run under the next tile's first k steps
+                twg_fe_stash<0>(p, scratch, tid & 7, pw0, pw1);
+                prow = row0;
+                pout = out0;
+                pend = 2;
+            } else if (FE == 1) {
                 twg_fe_pack_row<0>(p, row0, M, q, lane, scratch, tid & 7, out0, words, S, ovf_flag, ovf_list, counters,
                                    nnz);
                 twg_fe_pack_row<1>(p, row0 + 8, M, q, lane, scratch, tid & 7, out0 + (size_t)8 * row_words, words, S,
@@ -479,6 +540,9 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
 #pragma unroll
             for (int i = 0; i < 128; i++) d[i] = 0.0f;
         }
+        while (FE == 2 && pend)  // the last tile's epilogue
+            twg_fo_part(pend--, p, pw0, pw1, prow, M, q, lane, scratch, tid & 7, pout, row_words, words, S, ovf_flag,
+                        ovf_list, counters, nnz);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) nnz += __shfl_xor_sync(0xffffffffu, nnz, o);
         if (lane == 0 && nnz) atomicAdd(&counters->nnz, nnz);
@@ -556,10 +620,11 @@ static inline int twell_gate_wgmma_check(const bf16 *X, const bf16 *W, int M, in
 
 // X [M, D], W [F, D] -> tw [M, F/C] + ovf_flag / ovf_list / counters (zeroed by the caller on `stream`).
 // max_ctas > 0 caps the persistent grid (tests: many tiles per CTA on small shapes); 0 = one CTA per SM.
-// fast_epilogue: 1 = TWELL_GATE_WGMMA_FE (twg_fe_pack_row), 0 = TWELL_GATE_WGMMA (twg_pack_row).
+// epilogue: 0 = TWELL_GATE_WGMMA (twg_pack_row), 1 = TWELL_GATE_WGMMA_FE (twg_fe_pack_row), 2 = TWELL_GATE_WGMMA_FO
+// (the same, deferred under the next tile's first k steps).
 static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, int D, int F, int C, uint32_t *tw,
                                           int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream,
-                                          int max_ctas = 0, int fast_epilogue = 0) {
+                                          int max_ctas = 0, int epilogue = 0) {
     int e = twell_gate_wgmma_check(X, W, M, D, F, C);
     if (e) return e;
     TwgEncodeTiledFn enc = twg_encode_fn();
@@ -569,8 +634,8 @@ static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, i
     if ((e = twg_make_map(enc, &tmW, W, F, D, TWG_BN, "Wg"))) return e;
     int sms = cuda_sm_count();
     void (*kern)(const CUtensorMap, const CUtensorMap, int, int, int, int, uint32_t *, int *, int *, TwellCounters *) =
-        fast_epilogue ? twell_gate_wgmma_kernel<1> : twell_gate_wgmma_kernel<0>;
-    const int smem = fast_epilogue ? TWG_FE_SMEM_BYTES : TWG_SMEM_BYTES;
+        epilogue == 2 ? twell_gate_wgmma_kernel<2> : epilogue == 1 ? twell_gate_wgmma_kernel<1> : twell_gate_wgmma_kernel<0>;
+    const int smem = epilogue ? TWG_FE_SMEM_BYTES : TWG_SMEM_BYTES;
     cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const long long tiles = (long long)CEIL_DIV(M, TWG_BM) * (F / TWG_BN);
     if (max_ctas > 0 && max_ctas < sms) sms = max_ctas;

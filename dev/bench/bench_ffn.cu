@@ -3,7 +3,7 @@
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
 //                   [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]
 //                   [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--split-up] [--variants]
-//                   [--no-wgmma] [--gates 2,3,4,5,7] [--D 2048] [--F 5632]
+//                   [--no-wgmma] [--gates 2,3,4,5,7,8] [--D 2048] [--F 5632]
 // --tune: per M, twell_ffn_tune_gate (the gate GEMM's fastest cuBLASLt algorithm, opt-in) and the same for the
 //         "gate" column's GEMM, before the rows.
 // --split-g: a line under each row with the split kernels' units per step side by side: the up stage (order + up)
@@ -34,8 +34,8 @@
 //           twell_ffn_calibrate (run once per M on the uniform nnz-29 data, printed) unless --no-calibrate
 //   g.wgmma / sp.wgmma  the gate -> TwELL and the sparse FFN with the first wgmma gate of --gates (default
 //           TWELL_GATE_WGMMA, fused pack epilogue), side by side with s.gate / sparse (default gate)
-//   "gates" line under each row: every wgmma gate variant of --gates (default 2,3,4,5,7 = wgmma, wgmma_c2,
-//           wgmma_pk, wgmma_c2pk, wgmma_fe; twell/gate.cuh), timed in the SAME interleaved rounds: g = gate alone,
+//   "gates" line under each row: every wgmma gate variant of --gates (default 2,3,4,5,7,8 = wgmma, wgmma_c2,
+//           wgmma_pk, wgmma_c2pk, wgmma_fe, wgmma_fo; twell/gate.cuh), timed in the SAME interleaved rounds: g = gate alone,
 //           sp = sparse FFN through it, g/cublas = its gate time / the cuBLASLt GEMM alone (the "gate"
 //           column), twdiff = TwELL rows differing from the default gate's. Off with --no-wgmma.
 //   then sparse/gate, dense/sparse, auto/min(dense, sparse), old/sp (sp.old / sparse), measured mean nnz and overflow
@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
     o.Ms = {16384, 65536, 131072};
     o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
     o.pat_uniform = 1; o.pat_heavy = 1;
-    o.gates = {TWELL_GATE_WGMMA, TWELL_GATE_WGMMA_C2, TWELL_GATE_WGMMA_PK, TWELL_GATE_WGMMA_C2PK, TWELL_GATE_WGMMA_FE};
+    o.gates = {TWELL_GATE_WGMMA, TWELL_GATE_WGMMA_C2, TWELL_GATE_WGMMA_PK, TWELL_GATE_WGMMA_C2PK, TWELL_GATE_WGMMA_FE, TWELL_GATE_WGMMA_FO};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
             printf("usage: bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%%] [--pattern uniform|heavy|both]\n"
                    "                 [--reps N] [--variant K] [--gate-variant K] [--gate-chunk R] [--interleave] [--l2persist]\n"
                    "                 [--no-calibrate] [--tune] [--sliced] [--gather] [--split-g] [--split-up] [--variants]\n"
-                   "                 [--no-wgmma] [--gates 2,3,4,5,7] [--D 2048] [--F 5632]\n"
+                   "                 [--no-wgmma] [--gates 2,3,4,5,7,8] [--D 2048] [--F 5632]\n"
                    "Times the dense gated FFN (cuBLASLt), the TwELL FFN and the dispatched path on the same inputs with a\n"
                    "controlled mean number of non-zeros per token (uniform or heavy-tailed), interleaved, medians; checks\n"
                    "sparse against dense first. Columns and options are described at the top of dev/bench/bench_ffn.cu.\n");

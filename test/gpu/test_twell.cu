@@ -192,8 +192,8 @@ static void wait_or_die(cudaStream_t stream, double timeout_s, const char *what)
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) {
             fflush(stdout);
-            fprintf(stderr, "error: test_twell: %s failed on the device: %s (%s). For the wgmma gate an illegal address means an "
-                    "mbarrier wait timed out (pipeline/descriptor bug) -- see twell/gate_wgmma.cuh\n", what,
+            fprintf(stderr, "error: test_twell: %s failed on the device: %s (%s). For the wgmma gate an illegal "
+                    "address means an mbarrier wait timed out (pipeline/descriptor bug) -- see twell/gate_wgmma.cuh\n", what,
                     cudaGetErrorString(e), cudaGetErrorName(e));
             _exit(3);
         }
@@ -491,6 +491,7 @@ static void run_gate_wgmma(int variant) {
 }
 static void test_gate_wgmma(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA); }
 static void test_gate_wgmma_fe(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_FE); }
+static void test_gate_wgmma_fo(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_FO); }
 static void test_gate_wgmma_pk(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_PK); }
 static void test_gate_wgmma_c2(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_C2); }
 static void test_gate_wgmma_c2pk(void **state) { (void)state; run_gate_wgmma(TWELL_GATE_WGMMA_C2PK); }
@@ -1361,6 +1362,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shape_errors),        cmocka_unit_test(test_gate_wgmma),
         cmocka_unit_test(test_gate_wgmma_fe),
+        cmocka_unit_test(test_gate_wgmma_fo),
         cmocka_unit_test(test_gate_wgmma_pk),       cmocka_unit_test(test_gate_wgmma_c2),
         cmocka_unit_test(test_gate_wgmma_c2pk),
         cmocka_unit_test(test_all_full_and_all_zero),

@@ -7,7 +7,8 @@
 //
 // One kernel template twell_gate_wgmma2_kernel<CM, PK>, three variants (gate.cuh enum):
 //   TWELL_GATE_WGMMA_C2   CM 2, PK 0: 2-CTA clusters, Wg tile TMA-multicast, fused pack in the consumers
-//                         (since stop 16 the short epilogue of TWELL_GATE_WGMMA_FE, twg_fe_pack_row)
+//                         (since stop 17 the short epilogue deferred under the next tile's k steps 1 and 2,
+//                         as TWELL_GATE_WGMMA_FO: twg_fe_stash, twg_fo_part)
 //   TWELL_GATE_WGMMA_PK   CM 1, PK 1: no cluster, the pack done by packer warps from a staged bf16 tile
 //   TWELL_GATE_WGMMA_C2PK CM 2, PK 1: both (the paper's cluster + an epilogue overlapped with the mainloop)
 // The mainloop, the tile (128 tokens x 256 units = one TwELL tile of 128 rows), the smem operand layout
@@ -60,7 +61,7 @@ struct Tw2Cfg {
     static constexpr int STAGES = PK ? 3 : 4;
     static constexpr int STG_BYTES = PK ? TW2_STG_BYTES : 0;
     // stages + staging + barriers (full, empty per stage; stg_full, stg_empty) + 1024 B alignment slack
-    // PK 0: + the short epilogue's per-thread scratch (twg_fe_pack_row), 128-byte aligned
+    // PK 0: + the short epilogue's per-thread scratch (twg_fe_stash / twg_fe_emit), 128-byte aligned
     static constexpr int FE_BYTES = PK ? 0 : 128 + TWG_FE_SCRATCH_BYTES;
     static constexpr int SMEM = STAGES * TWG_STAGE_BYTES + STG_BYTES + 8 * (2 * STAGES + 2) + FE_BYTES + 1024;
 };
@@ -233,6 +234,13 @@ twell_gate_wgmma2_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_c
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f;
         unsigned long long nnz = 0;
+        // PK 0: the previous tile's short epilogue deferred under this tile's k steps 1 and 2 (twg_fo_part, as
+        // TWELL_GATE_WGMMA_FO in gate_wgmma.cuh): pend parts left, p its row-1 words, pw0 / pw1 row 0's activity
+        // words (its values in the scratch), prow / pout its first row and output tile.
+        const uint32_t scratch = twg_fe_scratch(bar_sempty + 8u, 128 * c + tid);
+        uint32_t p[64];
+        int pend = 0, prow = 0;
+        uint32_t pw0 = 0, pw1 = 0, *pout = tw;
         uint32_t it = 0, tcount = 0;
         for (int u = cid; u < ctiles; u += ncl, tcount++) {
             const int m0 = ((u / num_n) * CM + (int)rank) * TWG_BM, tn = u % num_n;
@@ -255,7 +263,13 @@ twell_gate_wgmma2_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_c
                         }
                     }
                 }
+                if (!PK && pend && kt > 0)
+                    twg_fo_part(pend--, p, pw0, pw1, prow, M, q, lane, scratch, tid & 7, pout, row_words, words, S,
+                                ovf_flag, ovf_list, counters, nnz);
             }
+            while (!PK && pend)  // KT <= 2: the parts the k steps left
+                twg_fo_part(pend--, p, pw0, pw1, prow, M, q, lane, scratch, tid & 7, pout, row_words, words, S,
+                            ovf_flag, ovf_list, counters, nnz);
             twg_wgmma_wait<0>();
             twg_fence_acc(d);
             if (tid == 0) {
@@ -280,25 +294,24 @@ twell_gate_wgmma2_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_c
                 }
                 twg_mbar_arrive(bar_sfull);  // release: the stores above are visible to the packers' acquire
             } else {
-                // The short fused pack of twell/gate_wgmma.cuh (TWELL_GATE_WGMMA_FE's epilogue).
-                uint32_t p[64];
+                // The short epilogue of twell/gate_wgmma.cuh, deferred (TWELL_GATE_WGMMA_FO's): row 0 stashed now.
 #pragma unroll
                 for (int j = 0; j < 32; j++) {
                     p[2 * j] = twg_bf16x2_bits(d[4 * j], d[4 * j + 1]);
                     p[2 * j + 1] = twg_bf16x2_bits(d[4 * j + 2], d[4 * j + 3]);
                 }
-                const int row0 = m0 + 64 * c + 16 * warp + (lane >> 2);
-                uint32_t *out0 = tw + (size_t)row0 * row_words + (size_t)tn * words;
-                const uint32_t scratch = twg_fe_scratch(bar_sempty + 8u, 128 * c + tid);
-                twg_fe_pack_row<0>(p, row0, M, q, lane, scratch, tid & 7, out0, words, S, ovf_flag, ovf_list,
-                                   counters, nnz);
-                twg_fe_pack_row<1>(p, row0 + 8, M, q, lane, scratch, tid & 7, out0 + (size_t)8 * row_words, words, S,
-                                   ovf_flag, ovf_list, counters, nnz);
+                prow = m0 + 64 * c + 16 * warp + (lane >> 2);
+                pout = tw + (size_t)prow * row_words + (size_t)tn * words;
+                twg_fe_stash<0>(p, scratch, tid & 7, pw0, pw1);
+                pend = 2;
             }
 #pragma unroll
             for (int i = 0; i < 128; i++) d[i] = 0.0f;
         }
         if (!PK) {
+            while (pend)  // the last tile's epilogue
+                twg_fo_part(pend--, p, pw0, pw1, prow, M, q, lane, scratch, tid & 7, pout, row_words, words, S,
+                            ovf_flag, ovf_list, counters, nnz);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) nnz += __shfl_xor_sync(0xffffffffu, nnz, o);
             if (lane == 0 && nnz) atomicAdd(&counters->nnz, nnz);

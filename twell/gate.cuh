@@ -11,7 +11,7 @@
 // stay in L2: 2048 x 5632 x 2 B = 23 MB), then twell_pack_kernel packs it. cuBLASLt rounds the fp32
 // accumulator to bf16 round-to-nearest, which is exactly the value the format stores.
 //
-// Variant TWELL_GATE_WGMMA_FO (twell/gate_wgmma.cuh, the DEFAULT on Hopper since run 112: 2-2.6% faster than
+// Variant TWELL_GATE_WGMMA_FO (twell/gate_wgmma.cuh, the DEFAULT on Hopper since run 111: 1.7-3.9% faster than
 // WGMMA_FE at M 16384-131072): one persistent Hopper kernel, TMA + wgmma GEMM whose epilogue writes the TwELL
 // directly (no scratch, no chunks), with a short epilogue (twg_fe_stash / twg_fe_emit) run under the next tile's
 // k steps 1 and 2. TWELL_GATE_WGMMA_FE (the default from run 96 to 111): the same epilogue at the tile's end;
@@ -67,14 +67,14 @@ enum {
 };
 // The default gate: the wgmma gate TWELL_GATE_WGMMA_BEST, since run 96 measured TWELL_GATE_WGMMA_FE faster than
 // the cuBLASLt mask path at every M (256..131072, bench_ffn's "gates" lines, H200) with the same bits
-// (test_twell), and runs 111-112 WGMMA_FO 2-2.6% faster than WGMMA_FE at M 16384-131072 (equal within 0.001 ms
-// at M 256-2048). Build with -DTWELL_GATE_DEFAULT_WGMMA=0 for the cuBLASLt mask path. A wgmma default falls
+// (test_twell), and runs 111 and 113 WGMMA_FO 1.7-3.9% faster than WGMMA_FE at M 16384-131072 (equal within
+// 0.001 ms at M 256-2048). Build with -DTWELL_GATE_DEFAULT_WGMMA=0 for the cuBLASLt mask path. A wgmma default falls
 // back to the cuBLASLt mask path on a GPU without sm_90a (twell_gate_forward, one warning).
 #ifndef TWELL_GATE_DEFAULT_WGMMA
 #define TWELL_GATE_DEFAULT_WGMMA 1
 #endif
 #ifndef TWELL_GATE_WGMMA_BEST
-#define TWELL_GATE_WGMMA_BEST TWELL_GATE_WGMMA_FO  // the fastest measured (runs 111-112)
+#define TWELL_GATE_WGMMA_BEST TWELL_GATE_WGMMA_FO  // the fastest measured (runs 111, 113)
 #endif
 #if TWELL_GATE_DEFAULT_WGMMA
 #define TWELL_GATE_DEFAULT TWELL_GATE_WGMMA_BEST

@@ -46,10 +46,14 @@
 #endif
 #define TWELL_SPLIT_NT 128       // threads per CTA (one token) of both kernels
 #define TWELL_SPLIT_HEAVY 64     // a row with at least this many active units is "heavy" (runs first, counted)
-// Minimum CTAs per SM asked of the compiler (__launch_bounds__) for the up and the down kernel. At 1 both use 48
-// registers per thread at D 2048 (10 CTAs per SM); 12 caps them at 40 (the up without spills).
+// Minimum CTAs per SM asked of the compiler (__launch_bounds__) for the up and the down kernel (D 2048, GU 2, GD 4,
+// CUDA 13.0). The up: 69 registers at 1 (7 CTAs per SM), 48 at 10 (10 CTAs, no spills), 40 at 12; 10 is the
+// default since run 117 (up/down -3% to -7% against 1 at nnz 8 and 29, both patterns; 12 was slower than 10).
+// It applies at CH <= 2 (D <= 2048); wider rows (CH 4, 8) would spill under it and keep 1.
+// The down (GD 4, the default): 72 registers at 1 (7 CTAs per SM), 64 at 8, 48 at 10, no spills; with GD 8: 120 at
+// 1, spills from 8 up. Run 119: GD 4 at 1 was as fast as at 8 or 10 CTAs, so the down keeps 1.
 #ifndef TWELL_SPLIT_UP_MINB
-#define TWELL_SPLIT_UP_MINB 1
+#define TWELL_SPLIT_UP_MINB 10
 #endif
 #ifndef TWELL_SPLIT_DOWN_MINB
 #define TWELL_SPLIT_DOWN_MINB 1
@@ -63,7 +67,7 @@ static inline int twell_split_pairs_per_row(int F, int C) { return (F / TWELL_TI
 // barrier at the end, then h = g * (sum over warps, fixed order). Dynamic shared memory: tiles + 1 + (2 + NW) x P
 // words.
 template <int NT, int CH, int G>
-__global__ void __launch_bounds__(NT, TWELL_SPLIT_UP_MINB)
+__global__ void __launch_bounds__(NT, CH <= 2 ? TWELL_SPLIT_UP_MINB : 1)
 twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X, const bf16 *__restrict__ Wu,
                       int ldw, uint2 *__restrict__ pairs, int *__restrict__ cnt, const int *__restrict__ order,
                       int *__restrict__ n_heavy, unsigned long long *__restrict__ nnz_sparse, int D, int F,
@@ -133,7 +137,7 @@ twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ 
 
 // Down: one CTA of NT threads per row. CH = 16-byte chunks of y per thread (D <= CH * NT * 8), G rows per step.
 template <int NT, int CH, int G>
-__global__ void __launch_bounds__(NT, TWELL_SPLIT_DOWN_MINB)
+__global__ void __launch_bounds__(NT, CH <= 2 ? TWELL_SPLIT_DOWN_MINB : 1)
 twell_split_down_kernel(const uint2 *__restrict__ pairs, const int *__restrict__ cnt, const int *__restrict__ order,
                         const bf16 *__restrict__ WdT, int ldw, bf16 *__restrict__ Y, int D, int P) {
     extern __shared__ __align__(16) unsigned char twell_smem[];
@@ -282,7 +286,7 @@ static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, cons
 // Runs up then down on rows [0, M) (one chunk: pairs / cnt hold M rows, order M + 2 ints, or NULL: rows in
 // index order, no heavy-first ordering; n_heavy / nnz_sparse (may be NULL): += the heavy non-overflow rows / the
 // active units of the non-overflow rows). GU / GD: units per step of the up and of the down kernel (the FFN's
-// default: 2 and 8, TWELL_SPLIT_UNITS_DEFAULT).
+// default: 2 and 4, TWELL_SPLIT_UNITS_DEFAULT).
 // stages: 1 order + up only, 2 down only (benchmarks), 3 both. The caller has checked twell_split_supports(D)
 // and F % 256 == 0.
 template <int GU, int GD>
@@ -308,10 +312,13 @@ enum {
     TWELL_SPLIT_UNITS_G4G8 = 3,
     TWELL_SPLIT_UNITS_NUM = 4
 };
-// The default, GU 2 / GD 8: in one interleaved A/B on the H200 (run 45 of dev/RESULTS.md, M 65536, bench_ffn
-// --split-g) the sparse FFN took 0.3-1.2% less time than with GU 4 / GD 4 on the uniform pattern (nnz 8-64) and
-// 1.4-5.7% less on the heavy-tailed one.
-#define TWELL_SPLIT_UNITS_DEFAULT TWELL_SPLIT_UNITS_G2G8
+// The default, GU 2 / GD 4 since run 119 (the up at 10 CTAs per SM, TWELL_SPLIT_UP_MINB): bench_ffn --split-g at
+// M 65536, nnz 8 / 29, both patterns, two rounds: the down stage with GD 4 took 0.293-0.298 / 0.867-0.868 ms
+// (uniform) and 0.293 / 0.790-0.793 (heavy) against 0.383-0.391 / 0.909-0.950 and 0.383 / 0.824-0.829 with GD 8;
+// the sparse FFN 1.5-4.4% less except one noisy uniform-29 round (run 118: 0.6% / 1.5% less at nnz 29). GD 8 at 8
+// or 10 CTAs per SM (TWELL_SPLIT_DOWN_MINB) was no better than GD 4 at 1. Before (run 45, the up at 7 CTAs per
+// SM): GU 2 / GD 8, 0.3-5.7% faster than GU 4 / GD 4.
+#define TWELL_SPLIT_UNITS_DEFAULT TWELL_SPLIT_UNITS_G2G4
 static inline const char *twell_split_units_name(int u) {
     static const char *names[TWELL_SPLIT_UNITS_NUM] = {"gu4_gd4", "gu2_gd8", "gu2_gd4", "gu4_gd8"};
     return u >= 0 && u < TWELL_SPLIT_UNITS_NUM ? names[u] : "?";

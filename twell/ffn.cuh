@@ -65,13 +65,14 @@
 // ~margin). Crossover nnz* = (1 - s0) / s1. twell_ffn_calibrate() measures s0 and s1 on the caller's
 // own data and GPU (recommended once at start-up); the defaults below are used until then.
 // Defaults: H200, D 2048, F 5632, M 65536, the MEASURED least-squares fit of bench_ffn (uniform rows,
-// nnz 8-128) with the current defaults (wgmma_fo gate, up/down split): s0 0.3332, s1 0.008672 -> crossover 77
-// (run 114 of dev/RESULTS.md; run 97, wgmma_fe gate: 0.3401 / 0.008836 -> 75; run 39, bit-mask gate in 16384-row chunks on 128x128 tiles: 0.3483 / 0.008397 -> 78;
+// nnz 8-128) with the current defaults (wgmma_fo gate, up/down split at GU 2 / GD 4, the up at 10 CTAs per SM):
+// s0 0.3172, s1 0.008670 -> crossover 79 (run 120 of dev/RESULTS.md; run 114, before the split's changes: 0.3332 /
+// 0.008672 -> 77; run 97, wgmma_fe gate: 0.3401 / 0.008836 -> 75; run 39, bit-mask gate in 16384-row chunks on 128x128 tiles: 0.3483 / 0.008397 -> 78;
 // run 34, with the heuristic's 192x192 tiles for the mask GEMM: 0.4151 / 0.008121 -> 72; run 18, fused up/down:
 // 0.4307 / 0.008136 -> 70).
 // Refresh from bench_ffn's "fitted model" line after kernel changes.
-#define TWELL_DISPATCH_S0 0.3332
-#define TWELL_DISPATCH_S1 0.008672
+#define TWELL_DISPATCH_S0 0.3172
+#define TWELL_DISPATCH_S1 0.008670
 #define TWELL_DISPATCH_FOVF 1.2
 #define TWELL_DISPATCH_MARGIN 0.03
 // The decode path's model (M <= decode_rows): predicted decode / dense = s0 + s1 * M * nnz + sm * M + sn * nnz

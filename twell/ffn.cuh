@@ -357,15 +357,15 @@ static inline int twell_ffn_set_decode_pdl(TwellFFNWorkspace *ws, int on) {
     return TWELL_OK;
 }
 
-// The dense and decode paths count the active gates on the device and the count comes back without a sync, at a
-// later call; under stream capture nothing is read back, and AUTO decides with the estimate it has. Call this before
-// capturing a graph: it waits for the newest count copy in flight (if any), makes it the estimate and returns it
-// (mean active units per row; -1 if none is known yet).
 // The landed count copy becomes the estimate (the caller has checked that the copy is complete).
 static inline void twell_take_count(TwellFFNWorkspace *ws) {
     ws->last_mean_nnz = (double)*ws->dense_nnz_host / (double)ws->dense_nnz_pending_M;
     ws->dense_nnz_pending = 0;
 }
+// The dense and decode paths count the active gates on the device and the count comes back without a sync, at a
+// later call; under stream capture nothing is read back, and AUTO decides with the estimate it has. Call this before
+// capturing a graph: it waits for the newest count copy in flight (if any), makes it the estimate and returns it
+// (mean active units per row; -1 if none is known yet).
 static inline double twell_ffn_read_count(TwellFFNWorkspace *ws) {
     if (ws->dense_nnz_pending) {
         cudaCheck(cudaEventSynchronize(ws->dense_nnz_ready));

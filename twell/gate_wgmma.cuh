@@ -512,7 +512,8 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
             if (tid == 0) twg_mbar_arrive(bar_empty + 8 * ((it - 1) % TWG_STAGES));
             // Epilogue: rows m0 + 64c + 16 warp + lane/4 (+ 8), tile tn. First every accumulator pair becomes
             // its bf16x2 bits (all the format needs), so the 128 fp32 registers die here: the epilogue then
-            // runs in ~64 + temporaries registers (with the fp32 values live it spilled at the 168 cap).
+            // runs in ~64 + temporaries registers (with the fp32 values live it spilled at the 168 registers the
+            // old trap left the consumers).
 #pragma unroll
             for (int j = 0; j < 32; j++) {
                 p[2 * j] = twg_bf16x2_bits(d[4 * j], d[4 * j + 1]);          // row lane/4, cols 8j + 2q (+1)

@@ -26,6 +26,7 @@
 #include "lr_schedule.h"
 #include "model.cuh"
 #include "rng.h"
+#include "sampler.h"
 
 // ---------------------------------------------------------------------------------------------------
 // Options
@@ -116,26 +117,6 @@ static void save_checkpoint(Model *m, const char *out, int step, const TrainStat
     logger_printf(lg, "checkpoint: wrote %s (%.1f s)\n", dir, sllm_time_s() - t0);
 }
 
-// Newest complete checkpoint "<out>/ckpt_NNNNNNNN" holding train_state.bin; -1 if none.
-static int find_latest_checkpoint(const char *out, char *dir, size_t n) {
-    DIR *d = opendir(out);
-    if (!d) return -1;
-    int best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int step;
-        char tail;
-        if (strlen(e->d_name) != 13 || sscanf(e->d_name, "ckpt_%8d%c", &step, &tail) != 1) continue;
-        char p[CKPT_PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s/train_state.bin", out, e->d_name);
-        struct stat st;
-        if (stat(p, &st) == 0 && step > best) best = step;
-    }
-    closedir(d);
-    if (best >= 0) snprintf(dir, n, "%s/ckpt_%08d", out, best);
-    return best;
-}
-
 static void load_train_state(const char *dir, TrainState *ts, Model *m) {
     char path[CKPT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/train_state.bin", dir);
@@ -180,21 +161,6 @@ static float evaluate(Model *m, DataLoader *val, int batches, int32_t *in, int32
     return ce / ((float)batches * m->N);
 }
 
-static int sample_token(const float *logits, int V, float temperature, Rng *rng, float *probs) {
-    if (temperature <= 0.0f) {
-        int best = 0;
-        for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
-        return best;
-    }
-    float mx = logits[0];
-    for (int i = 1; i < V; i++) mx = fmaxf(mx, logits[i]);
-    double sum = 0;
-    for (int i = 0; i < V; i++) { probs[i] = expf((logits[i] - mx) / temperature); sum += probs[i]; }
-    double r = rng_uniform(rng) * sum, acc = 0;
-    for (int i = 0; i < V; i++) { acc += probs[i]; if (acc > r) return i; }
-    return V - 1;
-}
-
 // Unconditional sample from the end-of-text token: full-recompute forward per token (simple, no KV cache).
 static void generate_sample(Model *m, const Tokenizer *tok, int n_tokens, float temperature, uint64_t seed,
                             Logger *lg) {
@@ -202,7 +168,10 @@ static void generate_sample(Model *m, const Tokenizer *tok, int n_tokens, float 
     int start = tok ? tokenizer_eot_id(tok) : 0;
     if (start < 0 || start >= V) start = 0;
     int *ids = (int *)sllm_calloc(Tmax, sizeof(int));
-    float *logits = (float *)sllm_malloc(V * sizeof(float)), *probs = (float *)sllm_malloc(V * sizeof(float));
+    float *logits = (float *)sllm_malloc(V * sizeof(float));
+    SamplerWork sw;
+    if (sampler_work_alloc(&sw, V)) SLLM_FATAL("out of host memory for the sampler (V=%d)", V);
+    const SamplerParams sp = {temperature, 0, 1.0f};
     for (int i = 0; i < Tmax; i++) ids[i] = start;
     Rng rng;
     rng_seed(&rng, seed);
@@ -212,7 +181,7 @@ static void generate_sample(Model *m, const Tokenizer *tok, int n_tokens, float 
         if (Ts > Tmax) Ts = Tmax;
         model_forward(m, ids, NULL, 1, Ts, MODEL_LOGITS, 0.0f);
         model_get_logits_row(m, len - 1, logits);
-        ids[len++] = sample_token(logits, V, temperature, &rng, probs);
+        ids[len++] = sampler_sample(logits, V, &sp, &rng, &sw);
     }
     logger_printf(lg, "---- sample (%d tokens, temperature %g) ----\n", len - 1, temperature);
     if (tok) {
@@ -227,7 +196,7 @@ static void generate_sample(Model *m, const Tokenizer *tok, int n_tokens, float 
         logger_printf(lg, "\n(pass --tokenizer to decode)\n");
     }
     logger_printf(lg, "----\n");
-    free(ids); free(logits); free(probs);
+    free(ids); free(logits); sampler_work_free(&sw);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -297,7 +266,7 @@ int main(int argc, char **argv) {
     int resume_step = -1;
     if (o.resume) {
         if (!o.out) SLLM_FATAL("--resume needs --out (the directory holding the checkpoints)");
-        resume_step = find_latest_checkpoint(o.out, resume_dir, sizeof resume_dir);
+        resume_step = ckpt_find_latest(o.out, "train_state.bin", resume_dir, sizeof resume_dir);
         if (resume_step < 0) printf("resume: no checkpoint in %s, starting from scratch\n", o.out);
     }
     if (resume_step >= 0 || o.init_from) {

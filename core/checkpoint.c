@@ -504,3 +504,22 @@ done:
     st_close(&f);
     return rc;
 }
+
+int ckpt_find_latest(const char *out, const char *marker, char *dir, size_t n) {
+    DIR *d = opendir(out);
+    if (!d) return -1;
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step;
+        char tail;
+        if (strlen(e->d_name) != 13 || sscanf(e->d_name, "ckpt_%8d%c", &step, &tail) != 1) continue;
+        char p[CKPT_PATH_MAX];
+        if (snprintf(p, sizeof p, "%s/%s/%s", out, e->d_name, marker) >= (int)sizeof p) continue;
+        struct stat st;
+        if (stat(p, &st) == 0 && step > best) best = step;
+    }
+    closedir(d);
+    if (best >= 0) snprintf(dir, n, "%s/ckpt_%08d", out, best);
+    return best;
+}

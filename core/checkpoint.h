@@ -66,6 +66,11 @@ int ckpt_read_config_json(const char *path, ModelConfig *c, char *err, size_t n)
 // it receives the dtype of the weights (all tensors must share one of F32, BF16).
 int ckpt_load(const char *dir, ModelConfig *c, float **params_out, StDtype *dtype_out, char *err, size_t n);
 
+// Newest complete checkpoint "<out>/ckpt_NNNNNNNN" (8-digit step) that holds the file `marker` (e.g.
+// "train_state.bin" to resume training, CKPT_MODEL_FILE to load weights): its path in dir, and its step; -1 if none
+// (or out cannot be read). Temp dirs of unfinished writes ("ckpt_NNNNNNNN.tmp-<pid>") never match.
+int ckpt_find_latest(const char *out, const char *marker, char *dir, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -280,21 +280,26 @@ static inline void model_set_params(Model *m, const float *host) {
     cudaCheck(cudaStreamSynchronize(m->stream));
     if (!m->master) cudaCheck(cudaFree(tmp));
 }
-// Device init: matrices and embedding ~ N(0, 0.02) (hash of seed, tensor, index), norm gains = 1.
-static inline void model_init_random(Model *m, uint64_t seed) {
-    size_t n = m->lay.total;
-    float *dst = m->master;
+// Device init of a flat parameter buffer: matrices and embedding ~ N(0, 0.02) (hash of seed, tensor, index), norm
+// gains = 1; fp32 into `master` (or a temporary buffer when NULL), then rounded to bf16 into params. Synchronizes.
+static inline void params_init_random(bf16 *params, float *master, const ParamLayout *lay, uint64_t seed,
+                                      cudaStream_t stream) {
+    size_t n = lay->total;
+    float *dst = master;
     if (!dst) cudaCheck(cudaMalloc((void **)&dst, n * 4));
     for (int k = 0; k < NUM_PARAM_KINDS; k++) {
-        const ParamTensor *t = &m->lay.t[k];
+        const ParamTensor *t = &lay->t[k];
         if (t->numel == 0) continue;
-        model_init_kernel<<<(unsigned)ceil_div_sz(t->numel, 256), 256, 0, m->stream>>>(
+        model_init_kernel<<<(unsigned)ceil_div_sz(t->numel, 256), 256, 0, stream>>>(
             dst + t->offset, t->numel, seed * 0x100000001b3ull + (uint64_t)k, t->is_norm ? 0.0f : 0.02f, 1.0f);
         cudaCheckLaunch();
     }
-    f32_to_bf16(m->params, dst, n, m->stream);
-    cudaCheck(cudaStreamSynchronize(m->stream));
-    if (!m->master) cudaCheck(cudaFree(dst));
+    f32_to_bf16(params, dst, n, stream);
+    cudaCheck(cudaStreamSynchronize(stream));
+    if (!master) cudaCheck(cudaFree(dst));
+}
+static inline void model_init_random(Model *m, uint64_t seed) {
+    params_init_random(m->params, m->master, &m->lay, seed, m->stream);
 }
 // Current parameters as fp32 (master weights when present, else the bf16 working weights).
 static inline void model_get_params(Model *m, float *host) {

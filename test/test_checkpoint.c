@@ -257,6 +257,34 @@ static void test_ckpt_config_json_keys(void **s) {
     free(p);
 }
 
+// ckpt_find_latest: the newest ckpt_NNNNNNNN holding the marker file; temp dirs and other names never match.
+static void test_ckpt_find_latest(void **s) {
+    (void)s;
+    char out[512], d[1024], f[1100], got[1100];
+    path_in(out, sizeof out, "find_latest");
+    assert_int_equal(mkdir(out, 0755), 0);
+    assert_int_equal(ckpt_find_latest(out, "train_state.bin", got, sizeof got), -1);  // empty
+    const char *dirs[] = {"ckpt_00000010", "ckpt_00000200", "ckpt_00000300.tmp-123", "ckpt_00000400", "ckpt_0000050",
+                          "other_00000900"};
+    const int has_state[] = {1, 1, 1, 0, 1, 1};
+    for (int i = 0; i < 6; i++) {
+        snprintf(d, sizeof d, "%s/%s", out, dirs[i]);
+        assert_int_equal(mkdir(d, 0755), 0);
+        snprintf(f, sizeof f, "%s/%s", d, CKPT_MODEL_FILE);
+        write_bytes(f, "x", 1);
+        if (has_state[i]) {
+            snprintf(f, sizeof f, "%s/train_state.bin", d);
+            write_bytes(f, "x", 1);
+        }
+    }
+    assert_int_equal(ckpt_find_latest(out, "train_state.bin", got, sizeof got), 200);
+    snprintf(d, sizeof d, "%s/ckpt_00000200", out);
+    assert_string_equal(got, d);
+    assert_int_equal(ckpt_find_latest(out, CKPT_MODEL_FILE, got, sizeof got), 400);  // weights only: the newest
+    snprintf(d, sizeof d, "%s/nonexistent", out);
+    assert_int_equal(ckpt_find_latest(d, CKPT_MODEL_FILE, got, sizeof got), -1);
+}
+
 static void test_ckpt_atomic_replace_and_abort(void **s) {
     (void)s;
     ModelConfig c, c2;
@@ -518,6 +546,7 @@ int main(void) {
         cmocka_unit_test(test_ckpt_round_trip_nongated),
         cmocka_unit_test(test_ckpt_config_json_keys),
         cmocka_unit_test(test_ckpt_atomic_replace_and_abort),
+        cmocka_unit_test(test_ckpt_find_latest),
         cmocka_unit_test(test_ckpt_bad_tensors),
         cmocka_unit_test(test_ckpt_bad_config),
         cmocka_unit_test(test_ckpt_bad_files),

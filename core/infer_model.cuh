@@ -1,0 +1,384 @@
+// core/infer_model.cuh: the inference engine of infer.cu (and its GPU test): the model of core/model.cuh without
+// training state, a KV cache, and the FFN through the TwELL kernels (twell/ffn.cuh: dense / sparse dispatch per layer,
+// the exact decode path at <= 64 rows) or through the dense cuBLASLt path.
+//
+// B sequences advance together: infer_forward takes T new tokens of each (a prompt chunk, or T = 1 when decoding) at
+// positions pos .. pos + T - 1, pos = tokens already in the cache (the same for every sequence).
+//   rows        N = B * T (row r = b * T + t), N <= B * chunk
+//   params      [total] bf16, the flat layout of core/config.h (one cudaMalloc)
+//   wdT         [L, F, D] bf16: down_proj.weight transposed, the layout the TwELL up/down reads (TwELL FFN modes only)
+//   kc, vc      [L, B, S, KVH, hd] bf16: keys (after RoPE) and values of positions 0 .. pos - 1
+//   x, xm       [N, D] residual stream before / after a layer's attention block; ln [N, D] the normed input of the
+//               next matmul; qkv [N, Q + 2 KV] (q [N, Q], k [N, KV], v [N, KV]); att [N, Q]; y [N, D]; gu [G, N, F]
+//               and h [N, F] (dense FFN only); lnf [N, D]; logits fp32 [B, V] (the last row of each sequence), or
+//               [N, V] with all_logits
+// Attention: the first chunk (pos == 0) runs the training kernel over its own rows (core/attention.cuh); later chunks
+// and decoding steps read the cache (core/kv_attention.cuh). Both write the new rows' k, v into the cache first.
+// FFN statistics: the dense mode counts active gates per layer on the device (ffn_forward's counters); the TwELL modes
+// keep each layer's TwellFFNResult counts (path taken, overflow rows, mean active gates where measured).
+#ifndef SLLM_INFER_MODEL_CUH
+#define SLLM_INFER_MODEL_CUH
+
+#include <stdint.h>
+
+#include "adamw.cuh"  // f32_to_bf16
+#include "attention.cuh"
+#include "config.h"
+#include "embedding.cuh"
+#include "ffn.cuh"
+#include "kv_attention.cuh"
+#include "matmul.cuh"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
+#include "twell/ffn.cuh"
+
+typedef enum { INFER_FFN_AUTO = 0, INFER_FFN_DENSE = 1, INFER_FFN_SPARSE = 2 } InferFFN;
+static inline const char *infer_ffn_name(InferFFN f) {
+    return f == INFER_FFN_AUTO ? "auto" : f == INFER_FFN_DENSE ? "dense" : f == INFER_FFN_SPARSE ? "sparse" : "?";
+}
+
+typedef struct {
+    long long calls_dense, calls_tile, calls_decode;  // TwELL modes: the path each call of this layer took
+    long long overflow_rows;                          // rows of tile-path calls computed by the dense fallback
+    double nnz_sum;                                   // sum over measured rows of active gates (tile path; dense mode)
+    long long nnz_rows;                               // rows measured
+} InferLayerStats;
+
+typedef struct {
+    ModelConfig cfg;
+    ParamLayout lay;
+    int B, S, chunk, N_max;  // sequences, cache positions per sequence, new tokens per sequence per call, B * chunk
+    int Q, KV, G, all_logits;
+    InferFFN ffn;
+    int pos;                 // tokens in the cache (per sequence)
+    bf16 *params, *wdT, *kc, *vc;
+    void *act_mem;
+    size_t act_bytes, param_bytes, wdT_bytes, kv_bytes, twell_bytes;
+    bf16 *x, *xm, *ln, *qkv, *att, *y, *gu, *h, *lnf, *last;
+    float *rstd, *lse, *rope, *logits, *l1_part;
+    unsigned long long *nnz;  // [L] dense mode counters
+    uint8_t *fired;           // [L, F]
+    int *tokens;
+    int *h_tokens;            // pinned [N_max]
+    TwellFFNWorkspace *ws;    // [L] (TwELL modes)
+    InferLayerStats *stats;   // [L]
+    MatmulContext mm;
+    cudaStream_t stream;
+} Infer;
+
+static inline bf16 *infer_w(const Infer *m, ParamKind k, int l) {
+    const ParamTensor *t = &m->lay.t[k];
+    return m->params + t->offset + (t->per_layer ? (size_t)l * t->rows * t->cols : 0);
+}
+
+// ---- transpose: out [C, R] = in [R, C]^T, bf16, 32 x 32 tiles through shared memory ----
+__global__ void infer_transpose_kernel(bf16 *out, const bf16 *in, int R, int C) {
+    __shared__ bf16 tile[32][33];
+    const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        int r = r0 + i, c = c0 + threadIdx.x;
+        if (r < R && c < C) tile[i][threadIdx.x] = in[(size_t)r * C + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        int c = c0 + i, r = r0 + threadIdx.x;
+        if (r < R && c < C) out[(size_t)c * R + r] = tile[threadIdx.x][i];
+    }
+}
+static inline void infer_transpose(bf16 *out, const bf16 *in, int R, int C, cudaStream_t stream) {
+    dim3 grid((unsigned)CEIL_DIV(C, 32), (unsigned)CEIL_DIV(R, 32)), block(32, 8);
+    infer_transpose_kernel<<<grid, block, 0, stream>>>(out, in, R, C);
+    cudaCheckLaunch();
+}
+
+typedef struct { const char *name; void **ptr; size_t bytes; } InferBuf;
+
+// B sequences of up to S positions, prompt chunks of up to `chunk` tokens per sequence. all_logits: keep the logits
+// of every row of a call (tests), else only each sequence's last. verbose: print the memory table.
+static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, int chunk, InferFFN ffn, int all_logits,
+                                int verbose) {
+    char err[256];
+    memset(m, 0, sizeof *m);
+    if (config_validate(cfg, err, sizeof err) != 0) SLLM_FATAL("infer: invalid config: %s", err);
+    if (cfg->d_model % 8 || cfg->d_ff % 8 || (cfg->n_head * cfg->head_dim) % 8 || (cfg->n_kv_head * cfg->head_dim) % 8)
+        SLLM_FATAL("infer: d_model (%d), d_ff (%d), n_head*head_dim and n_kv_head*head_dim must be multiples of 8",
+                   cfg->d_model, cfg->d_ff);
+    if (B < 1 || S < 1 || chunk < 1) SLLM_FATAL("infer: sequences (%d), context (%d) and chunk (%d) must be >= 1", B, S, chunk);
+    if (chunk > S) chunk = S;
+    if (attention_validate(B, chunk, cfg->n_head, cfg->n_kv_head, cfg->head_dim, err, sizeof err) != 0)
+        SLLM_FATAL("infer: %s", err);
+    if (kv_attention_check(B, 1, S - 1, S, cfg->n_head, cfg->n_kv_head, cfg->head_dim, err, sizeof err) != 0)
+        SLLM_FATAL("infer: context %d: %s", S, err);
+    if (ffn != INFER_FFN_AUTO && ffn != INFER_FFN_DENSE && ffn != INFER_FFN_SPARSE) SLLM_FATAL("infer: unknown FFN mode %d", ffn);
+    m->cfg = *cfg;
+    config_param_layout(cfg, &m->lay);
+    m->B = B; m->S = S; m->chunk = chunk; m->N_max = B * chunk; m->ffn = ffn; m->all_logits = all_logits;
+    m->Q = cfg->n_head * cfg->head_dim; m->KV = cfg->n_kv_head * cfg->head_dim; m->G = cfg->gated ? 2 : 1;
+    const size_t N = m->N_max, D = cfg->d_model, L = cfg->n_layer, F = cfg->d_ff, V = cfg->vocab_size;
+    const size_t Q = m->Q, KV = m->KV, G = m->G, H = cfg->n_head;
+    const int dense = ffn == INFER_FFN_DENSE;
+    if (!dense) {
+        int e = twell_check_shapes(m->N_max, (int)D, (int)F, TWELL_DEFAULT_C);
+        if (e) SLLM_FATAL("infer: the TwELL FFN (--ffn %s) cannot run this model's shape (above); use --ffn dense",
+                          infer_ffn_name(ffn));
+    }
+    cudaCheck(cudaStreamCreate(&m->stream));
+    matmul_context_init(&m->mm);
+    m->param_bytes = m->lay.total * sizeof(bf16);
+    cudaCheck(cudaMalloc((void **)&m->params, m->param_bytes));
+    if (!dense) {
+        m->wdT_bytes = L * F * D * sizeof(bf16);
+        cudaCheck(cudaMalloc((void **)&m->wdT, m->wdT_bytes));
+    }
+    m->kv_bytes = 2 * L * (size_t)B * S * KV * sizeof(bf16);
+    cudaError_t ce = cudaMalloc((void **)&m->kc, m->kv_bytes);
+    if (ce != cudaSuccess)
+        SLLM_FATAL("infer: cannot allocate the %.1f MiB KV cache (%d sequences x %d positions): %s; lower --context "
+                   "or --samples", m->kv_bytes / 1048576.0, B, S, cudaGetErrorString(ce));
+    m->vc = m->kc + L * (size_t)B * S * KV;
+    const size_t lrows = all_logits ? N : (size_t)B;
+    InferBuf spec[] = {
+        {"x [N,D]", (void **)&m->x, N * D * 2},
+        {"xm [N,D]", (void **)&m->xm, N * D * 2},
+        {"ln [N,D]", (void **)&m->ln, N * D * 2},
+        {"qkv [N,Q+2KV]", (void **)&m->qkv, N * (Q + 2 * KV) * 2},
+        {"att [N,Q]", (void **)&m->att, N * Q * 2},
+        {"y [N,D]", (void **)&m->y, N * D * 2},
+        {"gu [G,N,F]", (void **)&m->gu, dense ? G * N * F * 2 : 0},
+        {"h [N,F]", (void **)&m->h, dense ? N * F * 2 : 0},
+        {"lnf [N,D]", (void **)&m->lnf, N * D * 2},
+        {"last rows [B,D]", (void **)&m->last, (size_t)B * D * 2},
+        {"rstd [N]", (void **)&m->rstd, N * 4},
+        {"lse [B,H,chunk]", (void **)&m->lse, N * H * 4},
+        {"rope table", (void **)&m->rope, (size_t)S * cfg->head_dim * 4},
+        {"logits fp32", (void **)&m->logits, lrows * V * 4},
+        {"l1 partials", (void **)&m->l1_part, FFN_STAT_BLOCKS * 4},
+        {"nnz [L]", (void **)&m->nnz, L * 8},
+        {"fired [L,F]", (void **)&m->fired, L * F},
+        {"tokens [N]", (void **)&m->tokens, N * 4},
+    };
+    const int nspec = (int)(sizeof spec / sizeof spec[0]);
+    size_t off = 0;
+    for (int i = 0; i < nspec; i++) off += (spec[i].bytes + 255) & ~(size_t)255;
+    m->act_bytes = off;
+    cudaCheck(cudaMalloc(&m->act_mem, m->act_bytes));
+    cudaCheck(cudaMemset(m->act_mem, 0, m->act_bytes));
+    off = 0;
+    for (int i = 0; i < nspec; i++) {
+        *spec[i].ptr = spec[i].bytes ? (char *)m->act_mem + off : NULL;
+        off += (spec[i].bytes + 255) & ~(size_t)255;
+    }
+    float *tab = (float *)sllm_malloc((size_t)S * cfg->head_dim * 4);
+    rope_build_table(tab, S, cfg->head_dim, cfg->rope_theta);
+    cudaCheck(cudaMemcpy(m->rope, tab, (size_t)S * cfg->head_dim * 4, cudaMemcpyHostToDevice));
+    free(tab);
+    cudaCheck(cudaMallocHost((void **)&m->h_tokens, N * sizeof(int)));
+    m->stats = (InferLayerStats *)sllm_calloc(L, sizeof(InferLayerStats));
+    if (!dense) {
+        size_t before = 0, after = 0, tot = 0;
+        cudaCheck(cudaMemGetInfo(&before, &tot));
+        m->ws = (TwellFFNWorkspace *)sllm_calloc(L, sizeof(TwellFFNWorkspace));
+        for (size_t l = 0; l < L; l++)
+            if (twell_ffn_workspace_create(&m->ws[l], m->N_max, (int)D, (int)F, TWELL_DEFAULT_C, cfg->gated))
+                SLLM_FATAL("infer: TwELL workspace of layer %zu (above)", l);
+        cudaCheck(cudaMemGetInfo(&after, &tot));
+        m->twell_bytes = before > after ? before - after : 0;
+    }
+    if (verbose) {
+        printf("memory (device): %d sequence(s) x %d positions, prompt chunks of %d tokens, FFN %s\n", B, S, m->chunk,
+               infer_ffn_name(ffn));
+        printf("  %-32s %10.1f MiB\n", "parameters (bf16)", m->param_bytes / 1048576.0);
+        if (m->wdT_bytes) printf("  %-32s %10.1f MiB\n", "down weights transposed (TwELL)", m->wdT_bytes / 1048576.0);
+        printf("  %-32s %10.1f MiB\n", "KV cache", m->kv_bytes / 1048576.0);
+        printf("  %-32s %10.1f MiB\n", "activations", m->act_bytes / 1048576.0);
+        if (m->twell_bytes) printf("  %-32s %10.1f MiB\n", "TwELL workspaces (all layers)", m->twell_bytes / 1048576.0);
+        printf("  %-32s %10.1f MiB\n", "total",
+               (m->param_bytes + m->wdT_bytes + m->kv_bytes + m->act_bytes + m->twell_bytes) / 1048576.0);
+    }
+}
+
+static inline void infer_free(Infer *m) {
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    if (m->ws) {
+        for (int l = 0; l < m->cfg.n_layer; l++) twell_ffn_workspace_free(&m->ws[l]);
+        free(m->ws);
+    }
+    cudaCheck(cudaFree(m->params));
+    if (m->wdT) cudaCheck(cudaFree(m->wdT));
+    cudaCheck(cudaFree(m->kc));
+    cudaCheck(cudaFree(m->act_mem));
+    cudaCheck(cudaFreeHost(m->h_tokens));
+    free(m->stats);
+    matmul_context_free(&m->mm);
+    cudaCheck(cudaStreamDestroy(m->stream));
+    memset(m, 0, sizeof *m);
+}
+
+// After the bf16 parameters are in place: the transposed down weights of the TwELL modes.
+static inline void infer_params_ready(Infer *m) {
+    const int L = m->cfg.n_layer, D = m->cfg.d_model, F = m->cfg.d_ff;
+    if (m->wdT)
+        for (int l = 0; l < L; l++)
+            infer_transpose(m->wdT + (size_t)l * F * D, infer_w(m, PARAM_WD, l), D, F, m->stream);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+}
+// Parameters from a host fp32 flat buffer (a checkpoint): rounded to bf16 as the trainer does (nearest even).
+static inline void infer_set_params(Infer *m, const float *host) {
+    const size_t n = m->lay.total;
+    float *tmp;
+    cudaCheck(cudaMalloc((void **)&tmp, n * 4));
+    cudaCheck(cudaMemcpy(tmp, host, n * 4, cudaMemcpyHostToDevice));
+    f32_to_bf16(m->params, tmp, n, m->stream);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaFree(tmp));
+    infer_params_ready(m);
+}
+// Parameters already in bf16 on the device (a Model's working weights, or random weights for benchmarks).
+static inline void infer_set_params_device(Infer *m, const bf16 *dev) {
+    cudaCheck(cudaMemcpyAsync(m->params, dev, m->param_bytes, cudaMemcpyDeviceToDevice, m->stream));
+    infer_params_ready(m);
+}
+
+// Empties the cache (a new prompt). The per-layer statistics and the dispatch state are kept.
+static inline void infer_reset(Infer *m) { m->pos = 0; }
+static inline void infer_reset_stats(Infer *m) {
+    memset(m->stats, 0, sizeof(InferLayerStats) * m->cfg.n_layer);
+    cudaCheck(cudaMemsetAsync(m->nnz, 0, sizeof(unsigned long long) * m->cfg.n_layer, m->stream));
+}
+
+// The FFN of layer l on ln [N, D] -> y [N, D].
+static inline void infer_ffn(Infer *m, int l, int N) {
+    const ModelConfig *c = &m->cfg;
+    const int D = c->d_model, F = c->d_ff, L = c->n_layer;
+    cudaStream_t s = m->stream;
+    InferLayerStats *st = &m->stats[l];
+    if (m->ffn == INFER_FFN_DENSE) {
+        matmul_strided_batched(&m->mm, m->gu, 0, (long long)N * F, m->ln, 0, 0,
+                               infer_w(m, c->gated ? PARAM_WG : PARAM_WU, l), 1, (long long)L * F * D, m->G, N, F, D,
+                               1.0f, 0.0f, s);
+        ffn_forward(m->h, m->gu, N, F, c->gated, m->l1_part, m->nnz + l, m->fired + (size_t)l * F, s);
+        matmul(&m->mm, m->y, 0, m->h, 0, infer_w(m, PARAM_WD, l), 1, N, D, F, 1.0f, 0.0f, s);
+        st->nnz_rows += N;
+        return;
+    }
+    TwellFFNResult r;
+    const TwellPath path = m->ffn == INFER_FFN_SPARSE ? TWELL_PATH_SPARSE : TWELL_PATH_AUTO;
+    int e = twell_ffn_forward(&m->mm, &m->ws[l], m->ln, c->gated ? infer_w(m, PARAM_WG, l) : NULL,
+                              infer_w(m, PARAM_WU, l), m->wdT + (size_t)l * F * D, m->y, N, path, -1.0, &r, s);
+    if (e) SLLM_FATAL("infer: the TwELL FFN of layer %d failed (error %d, above)", l, e);
+    if (r.path == TWELL_PATH_DENSE) st->calls_dense++;
+    else if (r.decode) st->calls_decode++;
+    else st->calls_tile++;
+    if (r.path == TWELL_PATH_SPARSE && !r.decode) {
+        st->overflow_rows += r.n_overflow;
+        if (r.mean_nnz >= 0) { st->nnz_sum += r.mean_nnz * N; st->nnz_rows += N; }
+    }
+}
+
+// T new tokens per sequence (tokens [B * T] on the host, row b * T + t) at positions pos .. pos + T - 1; T <= chunk.
+// Leaves the logits (fp32) of each sequence's last new row in m->logits [B, V] (all_logits: of every row, [B*T, V])
+// and advances pos. Asynchronous on m->stream except for the TwELL tile path's count read-back.
+static inline void infer_forward(Infer *m, const int *tokens, int T) {
+    const ModelConfig *c = &m->cfg;
+    const int B = m->B, N = B * T, D = c->d_model, L = c->n_layer, V = c->vocab_size, H = c->n_head,
+              KVH = c->n_kv_head, hd = c->head_dim, Q = m->Q, KV = m->KV, pos = m->pos, S = m->S;
+    if (T < 1 || T > m->chunk) SLLM_FATAL("infer_forward: T=%d new tokens per sequence must be in [1, %d]", T, m->chunk);
+    if (pos + T > S)
+        SLLM_FATAL("infer_forward: %d + %d tokens exceed the context of %d positions (--context)", pos, T, S);
+    for (int i = 0; i < N; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            SLLM_FATAL("infer_forward: token %d (row %d) outside the vocabulary [0, %d)", tokens[i], i, V);
+    cudaStream_t s = m->stream;
+    cudaCheck(cudaStreamSynchronize(s));  // h_tokens is reused: the previous copy must be done
+    memcpy(m->h_tokens, tokens, sizeof(int) * N);
+    cudaCheck(cudaMemcpyAsync(m->tokens, m->h_tokens, sizeof(int) * N, cudaMemcpyHostToDevice, s));
+    const float eps = c->norm_eps;
+    const size_t layer_kv = (size_t)B * S * KV;
+    embedding_forward(m->x, m->tokens, infer_w(m, PARAM_EMBED, 0), N, D, s);
+    rmsnorm_forward(m->ln, m->rstd, m->x, infer_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
+    for (int l = 0; l < L; l++) {
+        bf16 *q = m->qkv, *k = q + (size_t)N * Q, *v = k + (size_t)N * KV;
+        if (Q == KV)
+            matmul_strided_batched(&m->mm, q, 0, (long long)N * Q, m->ln, 0, 0, infer_w(m, PARAM_WQ, l), 1,
+                                   (long long)L * Q * D, 3, N, Q, D, 1.0f, 0.0f, s);
+        else {
+            matmul(&m->mm, q, 0, m->ln, 0, infer_w(m, PARAM_WQ, l), 1, N, Q, D, 1.0f, 0.0f, s);
+            matmul(&m->mm, k, 0, m->ln, 0, infer_w(m, PARAM_WK, l), 1, N, KV, D, 1.0f, 0.0f, s);
+            matmul(&m->mm, v, 0, m->ln, 0, infer_w(m, PARAM_WV, l), 1, N, KV, D, 1.0f, 0.0f, s);
+        }
+        rope_forward_qk_at(q, H, k, KVH, m->rope, N, T, pos, hd, s);
+        // the new rows' keys and values into the cache: per sequence T * KV contiguous elements at position pos
+        bf16 *kc = m->kc + (size_t)l * layer_kv, *vc = m->vc + (size_t)l * layer_kv;
+        cudaCheck(cudaMemcpy2DAsync(kc + (size_t)pos * KV, (size_t)S * KV * 2, k, (size_t)T * KV * 2, (size_t)T * KV * 2,
+                                    B, cudaMemcpyDeviceToDevice, s));
+        cudaCheck(cudaMemcpy2DAsync(vc + (size_t)pos * KV, (size_t)S * KV * 2, v, (size_t)T * KV * 2, (size_t)T * KV * 2,
+                                    B, cudaMemcpyDeviceToDevice, s));
+        if (pos == 0) attention_forward(m->att, m->lse, q, k, v, B, T, H, KVH, hd, s);
+        else kv_attention(m->att, q, kc, vc, B, T, pos, S, H, KVH, hd, s);
+        matmul(&m->mm, m->y, 0, m->att, 0, infer_w(m, PARAM_WO, l), 1, N, D, Q, 1.0f, 0.0f, s);
+        fused_residual_rmsnorm_forward(m->xm, m->ln, m->rstd, m->x, m->y, infer_w(m, PARAM_FFN_NORM, l), N, D, eps, s);
+        infer_ffn(m, l, N);
+        if (l + 1 < L)
+            fused_residual_rmsnorm_forward(m->x, m->ln, m->rstd, m->xm, m->y, infer_w(m, PARAM_ATTN_NORM, l + 1), N, D,
+                                           eps, s);
+        else
+            fused_residual_rmsnorm_forward(m->x, m->lnf, m->rstd, m->xm, m->y, infer_w(m, PARAM_FINAL_NORM, 0), N, D,
+                                           eps, s);
+    }
+    // tied LM head, fp32 logits
+    const bf16 *E = infer_w(m, PARAM_EMBED, 0);
+    if (m->all_logits) {
+        matmul(&m->mm, m->logits, 1, m->lnf, 0, E, 1, N, V, D, 1.0f, 0.0f, s);
+    } else {
+        cudaCheck(cudaMemcpy2DAsync(m->last, (size_t)D * 2, m->lnf + (size_t)(T - 1) * D, (size_t)T * D * 2,
+                                    (size_t)D * 2, B, cudaMemcpyDeviceToDevice, s));
+        matmul(&m->mm, m->logits, 1, m->last, 0, E, 1, B, V, D, 1.0f, 0.0f, s);
+    }
+    m->pos += T;
+}
+
+// A prompt of P tokens per sequence (prompts [B * P], row b * P + t), run in chunks of at most m->chunk tokens.
+static inline void infer_prefill(Infer *m, const int *prompts, int P) {
+    int *buf = (int *)sllm_malloc(sizeof(int) * (size_t)m->B * m->chunk);
+    for (int t0 = 0; t0 < P; t0 += m->chunk) {
+        int T = P - t0 < m->chunk ? P - t0 : m->chunk;
+        for (int b = 0; b < m->B; b++) memcpy(buf + (size_t)b * T, prompts + (size_t)b * P + t0, sizeof(int) * T);
+        infer_forward(m, buf, T);
+    }
+    free(buf);
+}
+
+// Copies the logits of the last forward to the host: [B, V] ([B*T, V] with all_logits: rows given).
+static inline void infer_get_logits(Infer *m, float *host, int rows) {
+    cudaCheck(cudaMemcpyAsync(host, m->logits, sizeof(float) * (size_t)rows * m->cfg.vocab_size, cudaMemcpyDeviceToHost,
+                              m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+}
+
+// Per-layer FFN report (paths taken, overflow rows, active gates per token where measured).
+static inline void infer_print_stats(Infer *m, FILE *f) {
+    const int L = m->cfg.n_layer;
+    unsigned long long *nnz = NULL;
+    if (m->ffn == INFER_FFN_DENSE) {
+        nnz = (unsigned long long *)sllm_malloc(sizeof(unsigned long long) * L);
+        cudaCheck(cudaStreamSynchronize(m->stream));
+        cudaCheck(cudaMemcpy(nnz, m->nnz, sizeof(unsigned long long) * L, cudaMemcpyDeviceToHost));
+    }
+    fprintf(f, "FFN per layer (%s):\n", infer_ffn_name(m->ffn));
+    if (m->ffn == INFER_FFN_DENSE) fprintf(f, "  layer   active gates/token\n");
+    else fprintf(f, "  layer   dense-calls  tile-calls  decode-calls  overflow-rows  active gates/token (tile calls)\n");
+    for (int l = 0; l < L; l++) {
+        const InferLayerStats *st = &m->stats[l];
+        if (m->ffn == INFER_FFN_DENSE)
+            fprintf(f, "  %5d   %18.1f\n", l, st->nnz_rows ? (double)nnz[l] / st->nnz_rows : 0.0);
+        else if (st->nnz_rows)
+            fprintf(f, "  %5d   %11lld  %10lld  %12lld  %13lld  %10.1f\n", l, st->calls_dense, st->calls_tile,
+                    st->calls_decode, st->overflow_rows, st->nnz_sum / st->nnz_rows);
+        else
+            fprintf(f, "  %5d   %11lld  %10lld  %12lld  %13lld  %10s\n", l, st->calls_dense, st->calls_tile,
+                    st->calls_decode, st->overflow_rows, "-");
+    }
+    free(nnz);
+}
+
+#endif  // SLLM_INFER_MODEL_CUH

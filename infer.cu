@@ -37,7 +37,8 @@
 
 typedef struct {
     const char *ckpt, *preset, *tokenizer, *prompt, *prompt_file, *prompt_ids, *ffn;
-    int tokens, samples, top_k, context, chunk, no_bos, ignore_eos, stats, bench, prompt_len, reps, quiet;
+    int tokens, samples, top_k, context, chunk, no_bos, ignore_eos, stats, bench, prompt_len, reps, quiet, no_graph,
+        no_calibrate;
     float temperature, top_p;
     unsigned long long seed;
 } Opts;
@@ -130,7 +131,7 @@ static RunTimes generate(Infer *m, const std::vector<int> &prompt, int n_new, co
         }
         rt.steps = i + 1;
         if (!live || i + 1 == n_new || m->pos >= m->S) break;
-        infer_forward(m, next.data(), 1);
+        infer_decode(m, next.data());
         infer_get_logits(m, logits.data(), B);
     }
     rt.decode_ms = now_ms() - t0;
@@ -183,6 +184,8 @@ int main(int argc, char **argv) {
         {"chunk", 0, CLI_INT, &o.chunk, "prompt tokens per sample per forward call (prefill chunk)", 1, 1 << 20, 0},
         {"no-bos", 0, CLI_FLAG, &o.no_bos, "do not put the end-of-text token before the prompt", 0, 0, 0},
         {"ignore-eos", 0, CLI_FLAG, &o.ignore_eos, "keep generating after an end-of-text token", 0, 0, 0},
+        {"no-graph", 0, CLI_FLAG, &o.no_graph, "decoding steps as separate launches, not a replayed CUDA graph", 0, 0, 0},
+        {"no-calibrate", 0, CLI_FLAG, &o.no_calibrate, "--ffn auto: keep the built-in dispatch model (no per-layer calibration on the first long prompt chunk)", 0, 0, 0},
         {"stats", 0, CLI_FLAG, &o.stats, "print the per-layer FFN paths and active gates at the end", 0, 0, 0},
         {"quiet", 'q', CLI_FLAG, &o.quiet, "print only the generated text", 0, 0, 0},
         {"bench", 0, CLI_FLAG, &o.bench, "time prefill and decoding with the dense, sparse and auto FFN", 0, 0, 0},
@@ -266,6 +269,8 @@ int main(int argc, char **argv) {
     if (!o.bench) {
         Infer m;
         infer_create(&m, &cfg, o.samples, S, o.chunk, ffn, 0, !o.quiet);
+        m.use_graph = !o.no_graph;
+        m.calibrate = !o.no_calibrate;
         if (params) infer_set_params(&m, params);
         else random_params(&m, o.seed);
         std::vector<Rng> rngs(o.samples);
@@ -279,6 +284,12 @@ int main(int argc, char **argv) {
             fputs(text ? text : o.prompt, stdout);
             free(text);
         }
+        {   // warm-up, not shown: cuBLASLt plans, the first dispatch counts and calibration, the decoding graph
+            std::vector<Rng> wr(rngs);
+            std::vector<int> wid((size_t)o.samples * 3);
+            generate(&m, prompt, n_new < 3 ? n_new : 3, &sp, wr.data(), eot, 1, NULL, 0, wid.data());
+            infer_reset_stats(&m);
+        }
         RunTimes rt = generate(&m, prompt, n_new, &sp, rngs.data(), eot, o.ignore_eos, tok, stream, ids.data());
         if (stream) printf("\n");
         else
@@ -288,8 +299,9 @@ int main(int argc, char **argv) {
             }
         if (!o.quiet) {
             printf("----\nprefill: %d x %d tokens in %.1f ms (%.0f tokens/s); decode: %d steps in %.1f ms (%.2f ms/step, "
-                   "%.0f tokens/s)\n", o.samples, P, rt.prefill_ms, o.samples * P / rt.prefill_ms * 1e3, rt.steps,
-                   rt.decode_ms, rt.decode_ms / rt.steps, o.samples * rt.steps / rt.decode_ms * 1e3);
+                   "%.0f tokens/s, %s)\n", o.samples, P, rt.prefill_ms, o.samples * P / rt.prefill_ms * 1e3, rt.steps,
+                   rt.decode_ms, rt.decode_ms / rt.steps, o.samples * rt.steps / rt.decode_ms * 1e3,
+                   m.graph ? "steps replayed as a CUDA graph" : "eager steps");
         }
         if (o.stats) infer_print_stats(&m, stdout);
         infer_free(&m);
@@ -299,6 +311,8 @@ int main(int argc, char **argv) {
         Infer ms[3];
         for (int k = 0; k < 3; k++) {
             infer_create(&ms[k], &cfg, o.samples, S, o.chunk, modes[k], 0, !o.quiet && k == 1);
+            ms[k].use_graph = !o.no_graph;
+            ms[k].calibrate = !o.no_calibrate;
             if (params) infer_set_params(&ms[k], params);
             else if (k == 0) random_params(&ms[k], o.seed);
             else infer_set_params_device(&ms[k], ms[0].params);
@@ -319,10 +333,12 @@ int main(int argc, char **argv) {
                 pre[k].push_back(rt.prefill_ms);
                 dec[k].push_back(rt.decode_ms / rt.steps);
             }
-        printf("%-8s %12s %14s %14s %16s\n", "FFN", "prefill ms", "prefill tok/s", "decode ms/step", "decode tok/s");
+        printf("%-8s %12s %14s %14s %16s  %s\n", "FFN", "prefill ms", "prefill tok/s", "decode ms/step", "decode tok/s",
+               "steps");
         for (int k = 0; k < 3; k++)
-            printf("%-8s %12.2f %14.0f %14.3f %16.0f\n", infer_ffn_name(modes[k]), median(pre[k]),
-                   o.samples * P / median(pre[k]) * 1e3, median(dec[k]), o.samples / median(dec[k]) * 1e3);
+            printf("%-8s %12.2f %14.0f %14.3f %16.0f  %s\n", infer_ffn_name(modes[k]), median(pre[k]),
+                   o.samples * P / median(pre[k]) * 1e3, median(dec[k]), o.samples / median(dec[k]) * 1e3,
+                   ms[k].graph ? "graph" : "eager");
         printf("sparse vs dense: prefill %.2fx, decode %.2fx faster; auto vs dense: %.2fx, %.2fx\n",
                median(pre[0]) / median(pre[1]), median(dec[0]) / median(dec[1]), median(pre[0]) / median(pre[2]),
                median(dec[0]) / median(dec[2]));

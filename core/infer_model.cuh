@@ -14,6 +14,15 @@
 //               [N, V] with all_logits
 // Attention: the first chunk (pos == 0) runs the training kernel over its own rows (core/attention.cuh); later chunks
 // and decoding steps read the cache (core/kv_attention.cuh). Both write the new rows' k, v into the cache first.
+// The position is staged to the device (d_pos) with the tokens, and the RoPE, cache-write and attention kernels read it
+// there, so a decoding step can be captured once as a CUDA graph and replayed at every position (infer_decode, with
+// use_graph): one launch per step instead of ~10 per layer. The graph is captured at the second decoding step (the
+// first runs eagerly: cuBLASLt plans, the dispatch's first count); under capture twell_ffn_forward decides each layer's
+// path with its graph model (twell/ffn.cuh), and that choice stays for the graph's life. Graphs are used when no FFN call
+// of a step can need a host sync: the dense mode, or B <= the TwELL decode path's rows (64).
+// AUTO calibration (calibrate = 1): the first call of a layer with >= INFER_CALIBRATE_MIN_ROWS rows fits that layer's
+// tile-path dispatch model on its own input (twell_ffn_calibrate), since the built-in model was fitted at D 2048, F 5632,
+// M 65536 on the H200 and small models or short prompts shift the crossover.
 // FFN statistics: the dense mode counts active gates per layer on the device (ffn_forward's counters); the TwELL modes
 // keep each layer's TwellFFNResult counts (path taken, overflow rows, mean active gates where measured).
 #ifndef SLLM_INFER_MODEL_CUH
@@ -44,6 +53,8 @@ typedef struct {
     long long nnz_rows;                               // rows measured
 } InferLayerStats;
 
+#define INFER_CALIBRATE_MIN_ROWS 256
+
 typedef struct {
     ModelConfig cfg;
     ParamLayout lay;
@@ -58,8 +69,14 @@ typedef struct {
     float *rstd, *lse, *rope, *logits, *l1_part;
     unsigned long long *nnz;  // [L] dense mode counters
     uint8_t *fired;           // [L, F]
-    int *tokens;
-    int *h_tokens;            // pinned [N_max]
+    int *tokens, *d_pos;
+    int *h_tokens, *h_pos;    // pinned [N_max], [1]: staged with every call (inside the graph too)
+    float *h_logits;          // pinned, as logits: filled at the end of every call
+    int use_graph, calibrate; // options (infer_create sets use_graph 1, calibrate 0)
+    int eager_decodes;        // decoding steps run eagerly so far
+    cudaGraphExec_t graph;    // the captured decoding step (NULL until captured)
+    long long graph_replays;
+    InferLayerStats *graph_delta;  // [L] what one replay adds to the statistics (recorded at capture)
     TwellFFNWorkspace *ws;    // [L] (TwELL modes)
     InferLayerStats *stats;   // [L]
     MatmulContext mm;
@@ -156,6 +173,7 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
         {"nnz [L]", (void **)&m->nnz, L * 8},
         {"fired [L,F]", (void **)&m->fired, L * F},
         {"tokens [N]", (void **)&m->tokens, N * 4},
+        {"position", (void **)&m->d_pos, 16},
     };
     const int nspec = (int)(sizeof spec / sizeof spec[0]);
     size_t off = 0;
@@ -173,7 +191,11 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
     cudaCheck(cudaMemcpy(m->rope, tab, (size_t)S * cfg->head_dim * 4, cudaMemcpyHostToDevice));
     free(tab);
     cudaCheck(cudaMallocHost((void **)&m->h_tokens, N * sizeof(int)));
+    cudaCheck(cudaMallocHost((void **)&m->h_pos, sizeof(int)));
+    cudaCheck(cudaMallocHost((void **)&m->h_logits, lrows * V * sizeof(float)));
     m->stats = (InferLayerStats *)sllm_calloc(L, sizeof(InferLayerStats));
+    m->graph_delta = (InferLayerStats *)sllm_calloc(L, sizeof(InferLayerStats));
+    m->use_graph = 1;
     if (!dense) {
         size_t before = 0, after = 0, tot = 0;
         cudaCheck(cudaMemGetInfo(&before, &tot));
@@ -208,7 +230,11 @@ static inline void infer_free(Infer *m) {
     cudaCheck(cudaFree(m->kc));
     cudaCheck(cudaFree(m->act_mem));
     cudaCheck(cudaFreeHost(m->h_tokens));
+    cudaCheck(cudaFreeHost(m->h_pos));
+    cudaCheck(cudaFreeHost(m->h_logits));
+    if (m->graph) cudaCheck(cudaGraphExecDestroy(m->graph));
     free(m->stats);
+    free(m->graph_delta);
     matmul_context_free(&m->mm);
     cudaCheck(cudaStreamDestroy(m->stream));
     memset(m, 0, sizeof *m);
@@ -261,10 +287,21 @@ static inline void infer_ffn(Infer *m, int l, int N) {
         st->nnz_rows += N;
         return;
     }
+    TwellFFNWorkspace *ws = &m->ws[l];
+    const bf16 *Wg = c->gated ? infer_w(m, PARAM_WG, l) : NULL, *Wu = infer_w(m, PARAM_WU, l);
+    const bf16 *WdT = m->wdT + (size_t)l * F * D;
+    if (m->ffn == INFER_FFN_AUTO && m->calibrate && ws->model.calibrated == 0 && N >= INFER_CALIBRATE_MIN_ROWS) {
+        cudaStreamCaptureStatus cap;
+        cudaCheck(cudaStreamIsCapturing(s, &cap));
+        if (cap == cudaStreamCaptureStatusNone &&
+            twell_ffn_calibrate(&m->mm, ws, m->ln, Wg, Wu, WdT, m->y, N, 3, s) != TWELL_OK) {
+            fprintf(stderr, "warning: infer: the dispatch calibration of layer %d failed (above): built-in model kept\n", l);
+            ws->model.calibrated = -1;
+        }
+    }
     TwellFFNResult r;
     const TwellPath path = m->ffn == INFER_FFN_SPARSE ? TWELL_PATH_SPARSE : TWELL_PATH_AUTO;
-    int e = twell_ffn_forward(&m->mm, &m->ws[l], m->ln, c->gated ? infer_w(m, PARAM_WG, l) : NULL,
-                              infer_w(m, PARAM_WU, l), m->wdT + (size_t)l * F * D, m->y, N, path, -1.0, &r, s);
+    int e = twell_ffn_forward(&m->mm, ws, m->ln, Wg, Wu, WdT, m->y, N, path, -1.0, &r, s);
     if (e) SLLM_FATAL("infer: the TwELL FFN of layer %d failed (error %d, above)", l, e);
     if (r.path == TWELL_PATH_DENSE) st->calls_dense++;
     else if (r.decode) st->calls_decode++;
@@ -275,23 +312,31 @@ static inline void infer_ffn(Infer *m, int l, int N) {
     }
 }
 
-// T new tokens per sequence (tokens [B * T] on the host, row b * T + t) at positions pos .. pos + T - 1; T <= chunk.
-// Leaves the logits (fp32) of each sequence's last new row in m->logits [B, V] (all_logits: of every row, [B*T, V])
-// and advances pos. Asynchronous on m->stream except for the TwELL tile path's count read-back.
-static inline void infer_forward(Infer *m, const int *tokens, int T) {
-    const ModelConfig *c = &m->cfg;
-    const int B = m->B, N = B * T, D = c->d_model, L = c->n_layer, V = c->vocab_size, H = c->n_head,
-              KVH = c->n_kv_head, hd = c->head_dim, Q = m->Q, KV = m->KV, pos = m->pos, S = m->S;
+// Host side of a call: checks, and the tokens and position into their pinned staging buffers (after the previous call
+// has finished with them).
+static inline void infer_stage(Infer *m, const int *tokens, int T) {
+    const int N = m->B * T, V = m->cfg.vocab_size;
     if (T < 1 || T > m->chunk) SLLM_FATAL("infer_forward: T=%d new tokens per sequence must be in [1, %d]", T, m->chunk);
-    if (pos + T > S)
-        SLLM_FATAL("infer_forward: %d + %d tokens exceed the context of %d positions (--context)", pos, T, S);
+    if (m->pos + T > m->S)
+        SLLM_FATAL("infer_forward: %d + %d tokens exceed the context of %d positions (--context)", m->pos, T, m->S);
     for (int i = 0; i < N; i++)
         if (tokens[i] < 0 || tokens[i] >= V)
             SLLM_FATAL("infer_forward: token %d (row %d) outside the vocabulary [0, %d)", tokens[i], i, V);
-    cudaStream_t s = m->stream;
-    cudaCheck(cudaStreamSynchronize(s));  // h_tokens is reused: the previous copy must be done
+    cudaCheck(cudaStreamSynchronize(m->stream));
     memcpy(m->h_tokens, tokens, sizeof(int) * N);
+    m->h_pos[0] = m->pos;
+}
+
+// Device side of a call of T tokens per sequence (everything on m->stream, capturable when T = 1 and pos > 0): the
+// staged tokens and position in, the layers, the logits out to h_logits. first_chunk: pos == 0 (the training
+// attention over the chunk's own rows).
+static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
+    const ModelConfig *c = &m->cfg;
+    const int B = m->B, N = B * T, D = c->d_model, L = c->n_layer, V = c->vocab_size, H = c->n_head,
+              KVH = c->n_kv_head, hd = c->head_dim, Q = m->Q, KV = m->KV, S = m->S;
+    cudaStream_t s = m->stream;
     cudaCheck(cudaMemcpyAsync(m->tokens, m->h_tokens, sizeof(int) * N, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m->d_pos, m->h_pos, sizeof(int), cudaMemcpyHostToDevice, s));
     const float eps = c->norm_eps;
     const size_t layer_kv = (size_t)B * S * KV;
     embedding_forward(m->x, m->tokens, infer_w(m, PARAM_EMBED, 0), N, D, s);
@@ -306,15 +351,11 @@ static inline void infer_forward(Infer *m, const int *tokens, int T) {
             matmul(&m->mm, k, 0, m->ln, 0, infer_w(m, PARAM_WK, l), 1, N, KV, D, 1.0f, 0.0f, s);
             matmul(&m->mm, v, 0, m->ln, 0, infer_w(m, PARAM_WV, l), 1, N, KV, D, 1.0f, 0.0f, s);
         }
-        rope_forward_qk_at(q, H, k, KVH, m->rope, N, T, pos, hd, s);
-        // the new rows' keys and values into the cache: per sequence T * KV contiguous elements at position pos
+        rope_forward_qk_at(q, H, k, KVH, m->rope, N, T, 0, m->d_pos, hd, s);
         bf16 *kc = m->kc + (size_t)l * layer_kv, *vc = m->vc + (size_t)l * layer_kv;
-        cudaCheck(cudaMemcpy2DAsync(kc + (size_t)pos * KV, (size_t)S * KV * 2, k, (size_t)T * KV * 2, (size_t)T * KV * 2,
-                                    B, cudaMemcpyDeviceToDevice, s));
-        cudaCheck(cudaMemcpy2DAsync(vc + (size_t)pos * KV, (size_t)S * KV * 2, v, (size_t)T * KV * 2, (size_t)T * KV * 2,
-                                    B, cudaMemcpyDeviceToDevice, s));
-        if (pos == 0) attention_forward(m->att, m->lse, q, k, v, B, T, H, KVH, hd, s);
-        else kv_attention(m->att, q, kc, vc, B, T, pos, S, H, KVH, hd, s);
+        kv_cache_write(kc, vc, k, v, B, T, 0, m->d_pos, S, KV, s);
+        if (first_chunk) attention_forward(m->att, m->lse, q, k, v, B, T, H, KVH, hd, s);
+        else kv_attention(m->att, q, kc, vc, B, T, 0, m->d_pos, S, H, KVH, hd, s);
         matmul(&m->mm, m->y, 0, m->att, 0, infer_w(m, PARAM_WO, l), 1, N, D, Q, 1.0f, 0.0f, s);
         fused_residual_rmsnorm_forward(m->xm, m->ln, m->rstd, m->x, m->y, infer_w(m, PARAM_FFN_NORM, l), N, D, eps, s);
         infer_ffn(m, l, N);
@@ -325,16 +366,73 @@ static inline void infer_forward(Infer *m, const int *tokens, int T) {
             fused_residual_rmsnorm_forward(m->x, m->lnf, m->rstd, m->xm, m->y, infer_w(m, PARAM_FINAL_NORM, 0), N, D,
                                            eps, s);
     }
-    // tied LM head, fp32 logits
+    // tied LM head, fp32 logits, then to the host
     const bf16 *E = infer_w(m, PARAM_EMBED, 0);
+    int rows = B;
     if (m->all_logits) {
+        rows = N;
         matmul(&m->mm, m->logits, 1, m->lnf, 0, E, 1, N, V, D, 1.0f, 0.0f, s);
     } else {
         cudaCheck(cudaMemcpy2DAsync(m->last, (size_t)D * 2, m->lnf + (size_t)(T - 1) * D, (size_t)T * D * 2,
                                     (size_t)D * 2, B, cudaMemcpyDeviceToDevice, s));
         matmul(&m->mm, m->logits, 1, m->last, 0, E, 1, B, V, D, 1.0f, 0.0f, s);
     }
+    cudaCheck(cudaMemcpyAsync(m->h_logits, m->logits, sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost, s));
+}
+
+// T new tokens per sequence (tokens [B * T] on the host, row b * T + t) at positions pos .. pos + T - 1; T <= chunk.
+// Leaves the logits (fp32) of each sequence's last new row (all_logits: of every row) for infer_get_logits and
+// advances pos. Asynchronous on m->stream except for the TwELL tile path's count read-back.
+static inline void infer_forward(Infer *m, const int *tokens, int T) {
+    infer_stage(m, tokens, T);
+    infer_enqueue(m, T, m->pos == 0);
     m->pos += T;
+}
+
+// Can a decoding step run as a graph (no FFN call that needs a host sync)?
+static inline int infer_graph_ok(const Infer *m) {
+    return m->use_graph && (m->ffn == INFER_FFN_DENSE || m->B <= m->ws[0].decode_rows);
+}
+
+// One decoding step: one new token per sequence (tokens [B]). The first step runs eagerly; from the second on, the
+// step is a CUDA graph captured once and replayed (when infer_graph_ok), with the same results bit for bit.
+static inline void infer_decode(Infer *m, const int *tokens) {
+    const int L = m->cfg.n_layer;
+    if (m->pos == 0 || !infer_graph_ok(m) || m->eager_decodes < 1) {
+        infer_forward(m, tokens, 1);
+        m->eager_decodes++;
+        return;
+    }
+    infer_stage(m, tokens, 1);
+    if (!m->graph) {
+        InferLayerStats *before = (InferLayerStats *)sllm_malloc(sizeof(InferLayerStats) * L);
+        memcpy(before, m->stats, sizeof(InferLayerStats) * L);
+        cudaGraph_t g;
+        cudaCheck(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
+        infer_enqueue(m, 1, 0);
+        cudaCheck(cudaStreamEndCapture(m->stream, &g));
+        cudaCheck(cudaGraphInstantiate(&m->graph, g, 0));
+        cudaCheck(cudaGraphDestroy(g));
+        for (int l = 0; l < L; l++) {  // what the captured calls recorded is what each replay does
+            InferLayerStats *d = &m->graph_delta[l], *a = &m->stats[l], *b = &before[l];
+            d->calls_dense = a->calls_dense - b->calls_dense;
+            d->calls_tile = a->calls_tile - b->calls_tile;
+            d->calls_decode = a->calls_decode - b->calls_decode;
+            d->overflow_rows = a->overflow_rows - b->overflow_rows;
+            d->nnz_sum = a->nnz_sum - b->nnz_sum;
+            d->nnz_rows = a->nnz_rows - b->nnz_rows;
+        }
+        memcpy(m->stats, before, sizeof(InferLayerStats) * L);
+        free(before);
+    }
+    cudaCheck(cudaGraphLaunch(m->graph, m->stream));
+    m->graph_replays++;
+    for (int l = 0; l < L; l++) {
+        InferLayerStats *d = &m->graph_delta[l], *a = &m->stats[l];
+        a->calls_dense += d->calls_dense; a->calls_tile += d->calls_tile; a->calls_decode += d->calls_decode;
+        a->overflow_rows += d->overflow_rows; a->nnz_sum += d->nnz_sum; a->nnz_rows += d->nnz_rows;
+    }
+    m->pos += 1;
 }
 
 // A prompt of P tokens per sequence (prompts [B * P], row b * P + t), run in chunks of at most m->chunk tokens.
@@ -348,11 +446,10 @@ static inline void infer_prefill(Infer *m, const int *prompts, int P) {
     free(buf);
 }
 
-// Copies the logits of the last forward to the host: [B, V] ([B*T, V] with all_logits: rows given).
+// The logits of the last call on the host: [B, V] ([B*T, V] with all_logits: `rows` rows).
 static inline void infer_get_logits(Infer *m, float *host, int rows) {
-    cudaCheck(cudaMemcpyAsync(host, m->logits, sizeof(float) * (size_t)rows * m->cfg.vocab_size, cudaMemcpyDeviceToHost,
-                              m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
+    memcpy(host, m->h_logits, sizeof(float) * (size_t)rows * m->cfg.vocab_size);
 }
 
 // Per-layer FFN report (paths taken, overflow rows, active gates per token where measured).

@@ -5,6 +5,9 @@
 //   kc,vc [B, S, KVH, hd] bf16   one layer's cache of S positions per sequence; positions 0 .. pos0 + T - 1 written
 //                                (the new rows' keys and values included)
 //   out   [B, T, H, hd] bf16     out = softmax(scale * q k^T over keys 0 .. pos0 + t) v, scale = 1/sqrt(hd)
+//   pos0 is a host value, or read on the device from pos0_dev (not NULL: a decoding step captured once in a CUDA
+//   graph and replayed at every position; shared memory is then sized for the whole cache, S keys).
+// kv_cache_write puts the new rows' k, v [B, T, KVH, hd] at positions pos0 .. pos0 + T - 1 of the cache (same pos0).
 // GQA: query head h reads kv head h / (H / KVH). hd % 8 == 0, hd <= 128 (as core/attention.cuh).
 //
 // One CTA of KVA_THREADS threads per (head, row). Scores in shared memory, fp32 throughout, deterministic (fixed
@@ -26,12 +29,12 @@
 #define KVA_PART_FLOATS 1024  // G * hd <= 128 / (hd / 8) * hd = 1024
 
 __global__ void __launch_bounds__(KVA_THREADS)
-kv_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int T, int pos0, int S, int H, int KVH,
-                    int hd, float scale) {
+kv_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int T, int pos0, const int *pos0_dev,
+                    int S, int H, int KVH, int hd, float scale) {
     extern __shared__ float kva_smem[];
     const int h = blockIdx.x, row = blockIdx.y;  // row = b * T + t
     const int b = row / T, t = row % T;
-    const int n = pos0 + t + 1;                   // keys 0 .. pos0 + t
+    const int n = (pos0_dev ? *pos0_dev : pos0) + t + 1;  // keys 0 .. pos0 + t
     const int kvh = h / (H / KVH);
     float *qs = kva_smem, *part = qs + 128, *sc = part + KVA_PART_FLOATS;
     __shared__ float red[32];
@@ -123,20 +126,45 @@ static inline int kv_attention_check(int B, int T, int pos0, int S, int H, int K
     return 0;
 }
 
-static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int B, int T, int pos0, int S,
-                                int H, int KVH, int hd, cudaStream_t stream) {
+static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int B, int T, int pos0,
+                                const int *pos0_dev, int S, int H, int KVH, int hd, cudaStream_t stream) {
     char err[256];
-    if (kv_attention_check(B, T, pos0, S, H, KVH, hd, err, sizeof err)) SLLM_FATAL("%s", err);
+    // with pos0_dev the position is only known on the device: check (and size shared memory) for a full cache
+    if (kv_attention_check(B, T, pos0_dev ? S - T : pos0, S, H, KVH, hd, err, sizeof err)) SLLM_FATAL("%s", err);
     if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) & 15) SLLM_FATAL("kv_attention: q, kc, vc must be 16-byte aligned");
-    const size_t smem = kv_attention_smem_bytes(pos0 + T);
+    const size_t smem = kv_attention_smem_bytes(pos0_dev ? S : pos0 + T);
     static size_t smem_set = 48 * 1024;  // the default limit; raised once as needed
     if (smem > smem_set) {
         cudaCheck(cudaFuncSetAttribute(kv_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = smem;
     }
     dim3 grid((unsigned)H, (unsigned)(B * T));
-    kv_attention_kernel<<<grid, KVA_THREADS, smem, stream>>>(out, q, kc, vc, T, pos0, S, H, KVH, hd,
+    kv_attention_kernel<<<grid, KVA_THREADS, smem, stream>>>(out, q, kc, vc, T, pos0, pos0_dev, S, H, KVH, hd,
                                                              1.0f / sqrtf((float)hd));
+    cudaCheckLaunch();
+}
+
+// The new rows into the cache: kc[b, pos0 + t] = k[b, t], vc likewise (rows of KV = KVH * hd elements, KV % 8 == 0).
+// One thread per 16 bytes. The caller guarantees pos0 + T <= S (infer_forward checks its host-side position).
+__global__ void kv_cache_write_kernel(bf16 *kc, bf16 *vc, const bf16 *k, const bf16 *v, int T, int pos0,
+                                      const int *pos0_dev, int S, int KV, size_t n16) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 2 * n16) return;
+    const int which = i >= n16;  // 0: k, 1: v
+    if (which) i -= n16;
+    const size_t per_row = (size_t)KV / 8, row = i / per_row, c = i % per_row;  // row = b * T + t
+    const size_t b = row / T, t = row % T, p = (size_t)(pos0_dev ? *pos0_dev : pos0) + t;
+    const int4 *src = reinterpret_cast<const int4 *>(which ? v : k) + i;
+    int4 *dst = reinterpret_cast<int4 *>((which ? vc : kc) + (b * S + p) * KV) + c;
+    *dst = *src;
+}
+static inline void kv_cache_write(bf16 *kc, bf16 *vc, const bf16 *k, const bf16 *v, int B, int T, int pos0,
+                                  const int *pos0_dev, int S, int KV, cudaStream_t stream) {
+    if (KV % 8 || (((uintptr_t)kc | (uintptr_t)vc | (uintptr_t)k | (uintptr_t)v) & 15))
+        SLLM_FATAL("kv_cache_write: KV=%d must be a multiple of 8 and the buffers 16-byte aligned", KV);
+    const size_t n16 = (size_t)B * T * KV / 8;
+    kv_cache_write_kernel<<<(unsigned)ceil_div_sz(2 * n16, 256), 256, 0, stream>>>(kc, vc, k, v, T, pos0, pos0_dev, S,
+                                                                                   KV, n16);
     cudaCheckLaunch();
 }
 

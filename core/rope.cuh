@@ -27,7 +27,8 @@ static inline void rope_build_table(float *table, int T_max, int hd, double thet
 }
 
 // One thread per (row, head, i < hd/2) pair.
-__global__ void rope_kernel(bf16 *x, const float *table, int N, int T, int pos0, int nh, int hd, float sign) {
+__global__ void rope_kernel(bf16 *x, const float *table, int N, int T, int pos0, const int *pos0_dev, int nh, int hd,
+                            float sign) {
     int h2 = hd / 2;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t total = (size_t)N * nh * h2;
@@ -35,7 +36,7 @@ __global__ void rope_kernel(bf16 *x, const float *table, int N, int T, int pos0,
     int i = (int)(idx % h2);
     size_t rh = idx / h2;  // row * nh + head
     int row = (int)(rh / nh);
-    int pos = pos0 + row % T;
+    int pos = (pos0_dev ? *pos0_dev : pos0) + row % T;
     float c = table[((size_t)pos * h2 + i) * 2], s = sign * table[((size_t)pos * h2 + i) * 2 + 1];
     bf16 *p = x + rh * hd;
     float a = __bfloat162float(p[i]), b = __bfloat162float(p[i + h2]);
@@ -45,7 +46,7 @@ __global__ void rope_kernel(bf16 *x, const float *table, int N, int T, int pos0,
 // Vectorized: one thread per (row, head, group of 8 pairs); needs hd % 16 == 0 (16-byte accesses). q [N, nhq, hd]
 // and k [N, nhk, hd] in ONE launch (heads 0..nhq-1 of a row are q's, the rest k's); nhk may be 0.
 __global__ void rope_qk_vec_kernel(bf16 *q, int nhq, bf16 *k, int nhk, const float *table, int N, int T, int pos0,
-                                   int hd, float sign) {
+                                   const int *pos0_dev, int hd, float sign) {
     const int h2 = hd / 2, groups = h2 / 8, nh = nhq + nhk;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * nh * groups) return;
@@ -53,7 +54,8 @@ __global__ void rope_qk_vec_kernel(bf16 *q, int nhq, bf16 *k, int nhk, const flo
     size_t rh = idx / groups;
     int row = (int)(rh / nh), head = (int)(rh % nh);
     bf16 *p = head < nhq ? q + ((size_t)row * nhq + head) * hd : k + ((size_t)row * nhk + (head - nhq)) * hd;
-    const float4 *tb = reinterpret_cast<const float4 *>(table + ((size_t)(pos0 + row % T) * h2 + i0) * 2);
+    const int pos = (pos0_dev ? *pos0_dev : pos0) + row % T;
+    const float4 *tb = reinterpret_cast<const float4 *>(table + ((size_t)pos * h2 + i0) * 2);
     float a[8], b[8], cs[16];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -75,16 +77,17 @@ __global__ void rope_qk_vec_kernel(bf16 *q, int nhq, bf16 *k, int nhk, const flo
 
 // q [N, nhq, hd] and k [N, nhk, hd] (k may be NULL with nhk = 0), rotated in place by `sign` (+1 forward,
 // -1 backward). One launch when hd % 16 == 0 (16-byte aligned rows and table), else the scalar kernel per tensor.
-// The table must hold pos0 + T positions.
+// The table must hold pos0 + T positions. pos0_dev (may be NULL): pos0 read on the device instead (a CUDA graph
+// replayed at a new position).
 static inline void rope_apply_qk(bf16 *q, int nhq, bf16 *k, int nhk, const float *table, int N, int T, int pos0,
-                                 int hd, float sign, cudaStream_t stream) {
+                                 const int *pos0_dev, int hd, float sign, cudaStream_t stream) {
     if (T < 1 || pos0 < 0) SLLM_FATAL("rope: T=%d must be >= 1 and pos0=%d >= 0", T, pos0);
     if (hd % 2) SLLM_FATAL("rope: head_dim=%d must be even", hd);
     if (hd % 16 == 0 && !(((uintptr_t)q | (uintptr_t)k | (uintptr_t)table) & 15)) {
         size_t total = (size_t)N * (nhq + nhk) * (hd / 16);
         if (total == 0) return;
         rope_qk_vec_kernel<<<(unsigned)ceil_div_sz(total, 256), 256, 0, stream>>>(q, nhq, k, nhk, table, N, T, pos0,
-                                                                                   hd, sign);
+                                                                                   pos0_dev, hd, sign);
         cudaCheckLaunch();
         return;
     }
@@ -93,29 +96,30 @@ static inline void rope_apply_qk(bf16 *q, int nhq, bf16 *k, int nhk, const float
         int nh = t ? nhk : nhq;
         size_t total = (size_t)N * nh * (hd / 2);
         if (!x || total == 0) continue;
-        rope_kernel<<<(unsigned)ceil_div_sz(total, 256), 256, 0, stream>>>(x, table, N, T, pos0, nh, hd, sign);
+        rope_kernel<<<(unsigned)ceil_div_sz(total, 256), 256, 0, stream>>>(x, table, N, T, pos0, pos0_dev, nh, hd, sign);
         cudaCheckLaunch();
     }
 }
 static inline void rope_forward(bf16 *x, const float *table, int N, int T, int nh, int hd, cudaStream_t stream) {
-    rope_apply_qk(x, nh, NULL, 0, table, N, T, 0, hd, 1.0f, stream);
+    rope_apply_qk(x, nh, NULL, 0, table, N, T, 0, NULL, hd, 1.0f, stream);
 }
 static inline void rope_backward(bf16 *dx, const float *table, int N, int T, int nh, int hd, cudaStream_t stream) {
-    rope_apply_qk(dx, nh, NULL, 0, table, N, T, 0, hd, -1.0f, stream);
+    rope_apply_qk(dx, nh, NULL, 0, table, N, T, 0, NULL, hd, -1.0f, stream);
 }
 // q and k in one launch.
 static inline void rope_forward_qk(bf16 *q, int nhq, bf16 *k, int nhk, const float *table, int N, int T, int hd,
                                    cudaStream_t stream) {
-    rope_apply_qk(q, nhq, k, nhk, table, N, T, 0, hd, 1.0f, stream);
+    rope_apply_qk(q, nhq, k, nhk, table, N, T, 0, NULL, hd, 1.0f, stream);
 }
 static inline void rope_backward_qk(bf16 *dq, int nhq, bf16 *dk, int nhk, const float *table, int N, int T, int hd,
                                     cudaStream_t stream) {
-    rope_apply_qk(dq, nhq, dk, nhk, table, N, T, 0, hd, -1.0f, stream);
+    rope_apply_qk(dq, nhq, dk, nhk, table, N, T, 0, NULL, hd, -1.0f, stream);
 }
-// Inference over a KV cache: N = B * T rows, B sequences of T new tokens each at positions pos0 .. pos0 + T - 1.
+// Inference over a KV cache: N = B * T rows, B sequences of T new tokens each at positions pos0 .. pos0 + T - 1
+// (pos0 read from pos0_dev on the device when it is not NULL).
 static inline void rope_forward_qk_at(bf16 *q, int nhq, bf16 *k, int nhk, const float *table, int N, int T, int pos0,
-                                      int hd, cudaStream_t stream) {
-    rope_apply_qk(q, nhq, k, nhk, table, N, T, pos0, hd, 1.0f, stream);
+                                      const int *pos0_dev, int hd, cudaStream_t stream) {
+    rope_apply_qk(q, nhq, k, nhk, table, N, T, pos0, pos0_dev, hd, 1.0f, stream);
 }
 
 #endif  // SLLM_ROPE_CUH

@@ -7,8 +7,7 @@
 //     - the smallest set of the largest remaining p_i whose mass reaches top_p (top_p >= 1: all of them),
 //   renormalised, and one index is drawn with the caller's Rng (53-bit uniform). The same seed and logits give the
 //   same token on every machine.
-// Cost O(V) per call in the common cases (no sort of the whole vocabulary): top-k is a quickselect; top-p sorts only
-// the K largest candidates, K = 64, 512, ... (or all) until their mass reaches top_p.
+// Cost: expected O(V) per call, no sort: top-k is a quickselect, top-p a quickselect on probability mass.
 // Work space: SamplerWork (sampler_work_alloc), O(V).
 #ifndef SLLM_SAMPLER_H
 #define SLLM_SAMPLER_H
@@ -32,23 +31,19 @@ typedef struct {
     int V;
     float *val;  // [V] candidate scores
     int *idx;    // [V] candidate indices
-    void *pairs; // [V] SamplerCand, for the top-p sort
 } SamplerWork;
 
 static inline int sampler_work_alloc(SamplerWork *w, int V) {
     w->V = V;
     w->val = (float *)malloc(sizeof(float) * (size_t)(V > 0 ? V : 1));
     w->idx = (int *)malloc(sizeof(int) * (size_t)(V > 0 ? V : 1));
-    w->pairs = malloc((sizeof(float) + sizeof(int)) * (size_t)(V > 0 ? V : 1));
-    return w->val && w->idx && w->pairs ? 0 : -1;
+    return w->val && w->idx ? 0 : -1;
 }
 static inline void sampler_work_free(SamplerWork *w) {
     free(w->val);
     free(w->idx);
-    free(w->pairs);
     w->val = NULL;
     w->idx = NULL;
-    w->pairs = NULL;
 }
 
 // Candidate a ranks before b: larger score first, then the smaller index (a strict total order).
@@ -80,16 +75,33 @@ static inline void sampler_select(float *v, int *ix, int n, int k) {
         else return;
     }
 }
-// Sorts v/ix[0, n) in the order above (qsort over (value, index) pairs; the order is total, so the result is unique).
-typedef struct { float v; int i; } SamplerCand;
-static inline int sampler_cmp(const void *a, const void *b) {
-    const SamplerCand *x = (const SamplerCand *)a, *y = (const SamplerCand *)b;
-    return sampler_before(x->v, x->i, y->v, y->i) ? -1 : sampler_before(y->v, y->i, x->v, x->i) ? 1 : 0;
-}
-static inline void sampler_sort(float *v, int *ix, int n, SamplerCand *tmp) {
-    for (int a = 0; a < n; a++) { tmp[a].v = v[a]; tmp[a].i = ix[a]; }
-    qsort(tmp, (size_t)n, sizeof *tmp, sampler_cmp);
-    for (int a = 0; a < n; a++) { v[a] = tmp[a].v; ix[a] = tmp[a].i; }
+// The nucleus: reorders the (probability, index) pairs v/ix[0, n) so that their first k are the k best in the order
+// above, where k is the smallest count whose mass reaches `target`; returns k (n if rounding leaves target unreached).
+// A quickselect on mass (Lomuto partitions around a median-of-three pivot; the order is total, so the pivot's place is
+// exact): expected O(n), no sort.
+static inline int sampler_nucleus(float *v, int *ix, int n, double target) {
+    int lo = 0, hi = n - 1;
+    double need = target;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (sampler_before(v[mid], ix[mid], v[lo], ix[lo])) sampler_swap(v, ix, mid, lo);
+        if (sampler_before(v[hi], ix[hi], v[lo], ix[lo])) sampler_swap(v, ix, hi, lo);
+        if (sampler_before(v[mid], ix[mid], v[hi], ix[hi])) sampler_swap(v, ix, hi, mid);  // median now at hi
+        const float pv = v[hi];
+        const int pi = ix[hi];
+        int store = lo;
+        double mass = 0.0;  // of the elements before the pivot in [lo, hi)
+        for (int i = lo; i < hi; i++)
+            if (sampler_before(v[i], ix[i], pv, pi)) {
+                mass += v[i];
+                sampler_swap(v, ix, i, store++);
+            }
+        sampler_swap(v, ix, hi, store);  // the pivot at `store`: [lo, store) before it, (store, hi] after
+        if (mass >= need) hi = store - 1;            // the cut is among the ones before the pivot
+        else if (mass + pv >= need) return store + 1;  // the pivot completes the mass
+        else { need -= mass + pv; lo = store + 1; }  // all of [lo, store] in; go on after it
+    }
+    return n;
 }
 
 // Greedy: the first index of the maximum. NaN logits never win (a row of NaNs gives 0).
@@ -120,24 +132,7 @@ static inline int sampler_sample(const float *logits, int V, const SamplerParams
     const double inv_t = 1.0 / (double)p->temperature;
     for (int i = 0; i < n; i++) { v[i] = (float)exp(((double)v[i] - mx) * inv_t); total += v[i]; }
     if (p->top_p < 1.0f) {
-        // the K best sorted; grow K until their mass reaches top_p of the total
-        int K = 64;
-        for (;;) {
-            if (K > n) K = n;
-            sampler_select(v, ix, n, K);
-            sampler_sort(v, ix, K, (SamplerCand *)w->pairs);
-            double acc = 0.0;
-            int cut = -1;
-            for (int i = 0; i < K; i++) {
-                acc += v[i];
-                if (acc >= (double)p->top_p * total) { cut = i + 1; break; }
-            }
-            if (cut > 0 || K == n) {
-                n = cut > 0 ? cut : K;
-                break;
-            }
-            K = K > n / 8 ? n : K * 8;
-        }
+        n = sampler_nucleus(v, ix, n, (double)p->top_p * total);
         total = 0.0;
         for (int i = 0; i < n; i++) total += v[i];
     }

@@ -3,7 +3,8 @@
 // 1. kv_attention (core/kv_attention.cuh) against a float64 attention over the cache: decode rows (T = 1) and prefill
 //    chunks after the first (T > 1, causal inside the chunk), GQA, head dims 24 / 32 / 64 / 128, one key, ~3000
 //    keys; fresh random inputs; the output poisoned (NaN) first. Relative error < 1e-2 (bf16 output: ~2e-3).
-// 2. rope_forward_qk_at (row positions pos0 + t) gives the same bits as the training RoPE over whole sequences.
+// 2. rope_forward_qk_at (row positions pos0 + t, pos0 given on the host or read on the device) gives the same bits as
+//    the training RoPE over whole sequences. kv_attention with the position on the device: the same bits as given.
 // 3. The whole engine against the float64 CPU model (test/ref_model.h) on the same bf16-rounded weights: B = 2
 //    sequences of 40 tokens, fed as prompt chunks of <= 8 tokens (the first through the training attention, later
 //    ones through the cache) and then one token at a time (decoding). Every call's logits (every row) must match
@@ -12,7 +13,9 @@
 //    these row counts), the TwELL tile path (decode path off: with random weights every row overflows its tiles and
 //    goes to the counted dense fallback) and AUTO; gated MHA and non-gated GQA. The sparse runs must report their
 //    paths (decode calls, tile calls with overflow rows counted).
-// 4. Determinism: the same prompt twice after infer_reset gives bit-identical logits.
+// 4. The same sequences again from an empty cache through infer_decode, whose decoding steps run as a CUDA graph
+//    (captured at the second step, replayed with the position read on the device): bit-identical logits (so also
+//    deterministic), graph replays counted, and the replays' FFN calls counted in the statistics.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,9 +59,21 @@ static int check_kv_attention(int B, int T, int pos0, int S, int H, int KVH, int
     cudaCheck(cudaMemcpy(dk, hk, nc * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dv, hv, nc * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemset(dout, 0xff, nq * 2));  // NaN
-    kv_attention(dout, dq, dk, dv, B, T, pos0, S, H, KVH, hd, 0);
+    kv_attention(dout, dq, dk, dv, B, T, pos0, NULL, S, H, KVH, hd, 0);
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaMemcpy(ho, dout, nq * 2, cudaMemcpyDeviceToHost));
+    // the position read on the device (as in a replayed graph; shared memory sized for the whole cache): same bits
+    int *dpos;
+    cudaCheck(cudaMalloc(&dpos, sizeof(int)));
+    cudaCheck(cudaMemcpy(dpos, &pos0, sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemset(dout, 0xff, nq * 2));
+    kv_attention(dout, dq, dk, dv, B, T, 12345, dpos, S, H, KVH, hd, 0);  // the host value is ignored
+    cudaCheck(cudaDeviceSynchronize());
+    bf16 *ho2 = (bf16 *)sllm_malloc(nq * 2);
+    cudaCheck(cudaMemcpy(ho2, dout, nq * 2, cudaMemcpyDeviceToHost));
+    const int same_dev = memcmp(ho, ho2, nq * 2) == 0;
+    cudaCheck(cudaFree(dpos));
+    free(ho2);
     double *ref = (double *)sllm_malloc(nq * 8), *sc = (double *)sllm_malloc((size_t)n_keys * 8);
     float *got = (float *)sllm_malloc(nq * 4);
     const double scale = 1.0 / sqrt((double)hd);
@@ -85,9 +100,9 @@ static int check_kv_attention(int B, int T, int pos0, int S, int H, int KVH, int
             }
     for (size_t i = 0; i < nq; i++) got[i] = __bfloat162float(ho[i]);
     double e = rel_err_f32(got, ref, nq);
-    int fail = !(e < 1e-2);
-    printf("  kv_attention B=%d T=%d pos0=%d S=%d H=%d KVH=%d hd=%d: rel err %.3e%s\n", B, T, pos0, S, H, KVH, hd, e,
-           fail ? "  <-- FAIL" : "");
+    int fail = !(e < 1e-2) || !same_dev;
+    printf("  kv_attention B=%d T=%d pos0=%d S=%d H=%d KVH=%d hd=%d: rel err %.3e, device position %s%s\n", B, T, pos0,
+           S, H, KVH, hd, e, same_dev ? "same bits" : "DIFFERS", fail ? "  <-- FAIL" : "");
     cudaCheck(cudaFree(dq)); cudaCheck(cudaFree(dk)); cudaCheck(cudaFree(dv)); cudaCheck(cudaFree(dout));
     free(hq); free(hk); free(hv); free(ho); free(ref); free(sc); free(got);
     return fail;
@@ -138,7 +153,7 @@ static void test_rope_at(void **state) {
     }
     cudaCheck(cudaMemcpy(q2, sq, (size_t)B * Tn * H * hd * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(k2, sk, (size_t)B * Tn * KVH * hd * 2, cudaMemcpyHostToDevice));
-    rope_forward_qk_at(q2, H, k2, KVH, dtab, B * Tn, Tn, pos0, hd, 0);
+    rope_forward_qk_at(q2, H, k2, KVH, dtab, B * Tn, Tn, pos0, NULL, hd, 0);
     cudaCheck(cudaDeviceSynchronize());
     bf16 *r1 = (bf16 *)sllm_malloc(nq * 2), *r2 = (bf16 *)sllm_malloc(nq * 2);
     bf16 *s1 = (bf16 *)sllm_malloc(nk * 2), *s2 = (bf16 *)sllm_malloc(nk * 2);
@@ -146,6 +161,24 @@ static void test_rope_at(void **state) {
     cudaCheck(cudaMemcpy(r2, q2, (size_t)B * Tn * H * hd * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(s1, k1, nk * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(s2, k2, (size_t)B * Tn * KVH * hd * 2, cudaMemcpyDeviceToHost));
+    // the position read on the device: same bits
+    {
+        bf16 *q3, *k3;
+        int *dpos;
+        cudaCheck(cudaMalloc(&q3, nq * 2)); cudaCheck(cudaMalloc(&k3, nk * 2)); cudaCheck(cudaMalloc(&dpos, 4));
+        cudaCheck(cudaMemcpy(q3, sq, (size_t)B * Tn * H * hd * 2, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(k3, sk, (size_t)B * Tn * KVH * hd * 2, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dpos, &pos0, 4, cudaMemcpyHostToDevice));
+        rope_forward_qk_at(q3, H, k3, KVH, dtab, B * Tn, Tn, 0, dpos, hd, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        bf16 *r3 = (bf16 *)sllm_malloc(nq * 2), *s3 = (bf16 *)sllm_malloc(nk * 2);
+        cudaCheck(cudaMemcpy(r3, q3, (size_t)B * Tn * H * hd * 2, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(s3, k3, (size_t)B * Tn * KVH * hd * 2, cudaMemcpyDeviceToHost));
+        assert_memory_equal(r3, r2, (size_t)B * Tn * H * hd * 2);
+        assert_memory_equal(s3, s2, (size_t)B * Tn * KVH * hd * 2);
+        cudaCheck(cudaFree(q3)); cudaCheck(cudaFree(k3)); cudaCheck(cudaFree(dpos));
+        free(r3); free(s3);
+    }
     for (int b = 0; b < B; b++) {
         assert_memory_equal(r2 + (size_t)b * Tn * H * hd, r1 + ((size_t)b * T + pos0) * H * hd, (size_t)Tn * H * hd * 2);
         assert_memory_equal(s2 + (size_t)b * Tn * KVH * hd, s1 + ((size_t)b * T + pos0) * KVH * hd,
@@ -170,8 +203,32 @@ static const char *run_name(RunKind k) {
     return k == RUN_DENSE ? "dense" : k == RUN_SPARSE ? "sparse" : k == RUN_TILE ? "sparse, tile path" : "auto";
 }
 
-// Feeds the sequences in the given steps (tokens per sequence per call) and compares every call's logits with the
-// reference rows. Returns failures.
+// Feeds the sequences in the given steps (tokens per sequence per call) from an empty cache; the logits of every call
+// go to out (call after call, B * steps[s] rows each). decode: the steps of 1 token go through infer_decode (the first
+// eagerly, then a CUDA graph when the mode allows it), else through infer_forward.
+static void feed(Infer *m, const int *tok, int B, int T, const int *steps, int nsteps, int decode, float *out) {
+    const int V = m->cfg.vocab_size;
+    int *buf = (int *)sllm_malloc((size_t)B * m->chunk * 4);
+    infer_reset(m);
+    int pos = 0;
+    size_t off = 0;
+    for (int s = 0; s < nsteps; s++) {
+        const int Tn = steps[s];
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tn; t++) buf[b * Tn + t] = tok[b * T + pos + t];
+        cudaCheck(cudaMemsetAsync(m->logits, 0xff, (size_t)B * Tn * V * 4, m->stream));  // NaN: every row must be written
+        if (decode && Tn == 1 && pos > 0) infer_decode(m, buf);
+        else infer_forward(m, buf, Tn);
+        infer_get_logits(m, out + off, B * Tn);
+        off += (size_t)B * Tn * V;
+        pos += Tn;
+    }
+    free(buf);
+}
+
+// Every call's logits against the reference rows of the same positions (2e-2), then the same sequences again through
+// infer_decode (CUDA graphs where the mode allows): bit-identical logits, graphs replayed where expected. Returns
+// failures.
 static int run_engine(const ModelConfig *c, const float *pf, const int *tok, const double *ref, int B, int T,
                       RunKind kind, const int *steps, int nsteps) {
     const int V = c->vocab_size, chunk = 8;
@@ -182,26 +239,24 @@ static int run_engine(const ModelConfig *c, const float *pf, const int *tok, con
     infer_set_params(&m, pf);
     if (kind == RUN_TILE)
         for (int l = 0; l < c->n_layer; l++) assert_int_equal(twell_ffn_set_decode_rows(&m.ws[l], 0), 0);
-    float *lg = (float *)sllm_malloc((size_t)B * chunk * V * 4);
+    const size_t total = (size_t)B * T * V;
+    float *lg = (float *)sllm_malloc(total * 4), *lg2 = (float *)sllm_malloc(total * 4);
     double *rr = (double *)sllm_malloc((size_t)B * chunk * V * 8);
-    int *buf = (int *)sllm_malloc((size_t)B * chunk * 4);
+    feed(&m, tok, B, T, steps, nsteps, 0, lg);
     int failures = 0, pos = 0;
     double worst = 0;
+    size_t off = 0;
     for (int s = 0; s < nsteps; s++) {
         const int Tn = steps[s];
         for (int b = 0; b < B; b++)
-            for (int t = 0; t < Tn; t++) buf[b * Tn + t] = tok[b * T + pos + t];
-        cudaCheck(cudaMemsetAsync(m.logits, 0xff, (size_t)B * Tn * V * 4, m.stream));  // NaN: every row must be written
-        infer_forward(&m, buf, Tn);
-        infer_get_logits(&m, lg, B * Tn);
-        for (int b = 0; b < B; b++)
             memcpy(rr + (size_t)b * Tn * V, ref + ((size_t)b * T + pos) * V, (size_t)Tn * V * 8);
-        double e = rel_err_f32(lg, rr, (size_t)B * Tn * V);
+        double e = rel_err_f32(lg + off, rr, (size_t)B * Tn * V);
         worst = fmax(worst, e);
         if (!(e < 2e-2)) {
             printf("    step %d (positions %d..%d): rel err %.3e  <-- FAIL\n", s, pos, pos + Tn - 1, e);
             failures++;
         }
+        off += (size_t)B * Tn * V;
         pos += Tn;
     }
     assert_int_equal(m.pos, T);
@@ -216,37 +271,23 @@ static int run_engine(const ModelConfig *c, const float *pf, const int *tok, con
     if (kind == RUN_SPARSE && dec != calls) { printf("    expected every call on the decode path\n"); failures++; }
     if (kind == RUN_TILE && (tile != calls || ovf == 0)) { printf("    expected tile calls with overflow rows\n"); failures++; }
     if (kind == RUN_AUTO && dec + tile + dns != calls) failures++;
-    // 4. determinism: the first steps again from an empty cache give the same bits
-    if (kind != RUN_TILE) {
-        infer_reset(&m);
-        int p2 = 0;
-        float *lg2 = (float *)sllm_malloc((size_t)B * chunk * V * 4);
-        for (int s = 0; s < 2 && s < nsteps; s++) {
-            const int Tn = steps[s];
-            for (int b = 0; b < B; b++)
-                for (int t = 0; t < Tn; t++) buf[b * Tn + t] = tok[b * T + p2 + t];
-            infer_forward(&m, buf, Tn);
-            p2 += Tn;
-        }
-        infer_get_logits(&m, lg2, B * steps[1]);
-        // rerun once more to compare against the same stage
-        infer_reset(&m);
-        p2 = 0;
-        for (int s = 0; s < 2 && s < nsteps; s++) {
-            const int Tn = steps[s];
-            for (int b = 0; b < B; b++)
-                for (int t = 0; t < Tn; t++) buf[b * Tn + t] = tok[b * T + p2 + t];
-            infer_forward(&m, buf, Tn);
-            p2 += Tn;
-        }
-        infer_get_logits(&m, lg, B * steps[1]);
-        if (memcmp(lg, lg2, (size_t)B * steps[1] * V * 4) != 0) {
-            printf("    not deterministic: the same prompt gave different logits  <-- FAIL\n");
+    // the same again with infer_decode: graphs (dense, sparse) or eager (tile path: B > decode rows 0), same bits
+    if (kind != RUN_AUTO) {
+        feed(&m, tok, B, T, steps, nsteps, 1, lg2);
+        const int want_graph = kind != RUN_TILE;
+        const int same = memcmp(lg, lg2, total * 4) == 0;
+        printf("  %-18s again through infer_decode: %lld graph replays, logits %s%s\n", run_name(kind),
+               m.graph_replays, same ? "bit-identical" : "DIFFER",
+               same && (m.graph_replays > 0) == want_graph ? "" : "  <-- FAIL");
+        if (!same || (m.graph_replays > 0) != want_graph) failures++;
+        long long dec2 = 0;
+        for (int l = 0; l < c->n_layer; l++) dec2 += m.stats[l].calls_decode;
+        if (kind == RUN_SPARSE && dec2 != 2 * calls) {  // replays counted like eager calls
+            printf("    decode calls after both passes %lld, expected %lld  <-- FAIL\n", dec2, 2 * calls);
             failures++;
         }
-        free(lg2);
     }
-    free(lg); free(rr); free(buf);
+    free(lg); free(lg2); free(rr);
     infer_free(&m);
     return failures;
 }

@@ -463,17 +463,22 @@ static inline void infer_print_stats(Infer *m, FILE *f) {
     }
     fprintf(f, "FFN per layer (%s):\n", infer_ffn_name(m->ffn));
     if (m->ffn == INFER_FFN_DENSE) fprintf(f, "  layer   active gates/token\n");
-    else fprintf(f, "  layer   dense-calls  tile-calls  decode-calls  overflow-rows  active gates/token (tile calls)\n");
+    else fprintf(f, "  layer   dense-calls  tile-calls  decode-calls  overflow-rows  active gates/token: tile calls, latest\n");
     for (int l = 0; l < L; l++) {
         const InferLayerStats *st = &m->stats[l];
         if (m->ffn == INFER_FFN_DENSE)
             fprintf(f, "  %5d   %18.1f\n", l, st->nnz_rows ? (double)nnz[l] / st->nnz_rows : 0.0);
-        else if (st->nnz_rows)
-            fprintf(f, "  %5d   %11lld  %10lld  %12lld  %13lld  %10.1f\n", l, st->calls_dense, st->calls_tile,
-                    st->calls_decode, st->overflow_rows, st->nnz_sum / st->nnz_rows);
-        else
-            fprintf(f, "  %5d   %11lld  %10lld  %12lld  %13lld  %10s\n", l, st->calls_dense, st->calls_tile,
-                    st->calls_decode, st->overflow_rows, "-");
+        else {
+            // latest: the layer's last count read back by the dispatch (any path; the decode and dense paths' counts
+            // arrive one call late, without a sync)
+            char tile[32], latest[32];
+            if (st->nnz_rows) snprintf(tile, sizeof tile, "%.1f", st->nnz_sum / st->nnz_rows);
+            else snprintf(tile, sizeof tile, "-");
+            if (m->ws[l].last_mean_nnz >= 0) snprintf(latest, sizeof latest, "%.1f", m->ws[l].last_mean_nnz);
+            else snprintf(latest, sizeof latest, "-");
+            fprintf(f, "  %5d   %11lld  %10lld  %12lld  %13lld  %10s  %8s\n", l, st->calls_dense, st->calls_tile,
+                    st->calls_decode, st->overflow_rows, tile, latest);
+        }
     }
     free(nnz);
 }

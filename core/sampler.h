@@ -129,8 +129,8 @@ static inline int sampler_sample(const float *logits, int V, const SamplerParams
     if (mx == -INFINITY) return sampler_argmax(logits, V);  // every logit -inf or NaN
     // probabilities (unnormalised) in place of the scores; the order of v is unchanged by exp
     double total = 0.0;
-    const double inv_t = 1.0 / (double)p->temperature;
-    for (int i = 0; i < n; i++) { v[i] = (float)exp(((double)v[i] - mx) * inv_t); total += v[i]; }
+    const float inv_t = 1.0f / p->temperature;
+    for (int i = 0; i < n; i++) { v[i] = expf((v[i] - mx) * inv_t); total += v[i]; }
     if (p->top_p < 1.0f) {
         n = sampler_nucleus(v, ix, n, (double)p->top_p * total);
         total = 0.0;

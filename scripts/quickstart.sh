@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Quick start: train a small ReLU-gated Llama with the L1 sparsity penalty on the starter data (Brown corpus,
-# GPT-2 tokens), watch the loss and the mean non-zeros per token fall, save a checkpoint, print a sample.
+# GPT-2 tokens), watch the loss and the mean non-zeros per token fall, save a checkpoint, print a sample, then
+# generate from the checkpoint with build/infer (GPU only).
 #   GPU:    build/train_gpt_relu, preset "small" (~124M parameters with the GPT-2 vocab 50304), a few minutes.
 #   no GPU: says so and trains a tiny model with the float64 CPU reference instead (build/train_cpu, ~1-2 min).
 # usage: scripts/quickstart.sh            env: QS_SECONDS (GPU training time, default 180), QS_OUT (output dir)
@@ -30,6 +31,12 @@ if [ $gpu = 1 ]; then
       --l1 5e-5 --eval-every 200 --eval-batches 8 --sample-every 1000 --sample-tokens 64 --log-stats-every 50 \
       --ckpt-every 0 --time-limit "$SECS" --out "$OUTDIR" "${tok[@]}"
   echo "quickstart: done. Log: $OUTDIR/train.log; checkpoint: $(ls -d "$OUTDIR"/ckpt_* | tail -1)"
+  if [ ${#tok[@]} -gt 0 ]; then
+    make -j"$(nproc)" build/infer >/dev/null
+    echo "quickstart: generating from the checkpoint (build/infer: KV cache, TwELL sparse FFN per layer):"
+    ./build/infer --ckpt "$OUTDIR" "${tok[@]}" --prompt "The jury said that" --tokens 64 --temperature 0.8 --top-k 50 \
+        --stats
+  fi
 else
   OUTDIR=${QS_OUT:-out/quickstart_cpu}
   echo "quickstart: no GPU found (nvidia-smi lists none): training a tiny model on the CPU with the float64"

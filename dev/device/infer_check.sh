@@ -16,7 +16,7 @@ timeout 300 build/gpu_test_infer > "$O/test_infer.log" 2>&1; echo "gpu_test_infe
 grep -E "rel err|OK|FAIL|PASSED|calls" "$O/test_infer.log" | tail -40
 if [ $train = 1 ]; then
   QS_SECONDS=${QS_SECONDS:-120} QS_OUT=out/qs timeout 400 bash scripts/quickstart.sh > "$O/quickstart.log" 2>&1
-  echo "quickstart rc=$?"; grep -E "step +[0-9]+ |nnz|val" "$O/quickstart.log" | tail -6
+  echo "quickstart rc=$?"; grep -E "step +[0-9]+ |nnz|val" "$O/quickstart.log" | tail -4; sed -n '/generating from/,$p' "$O/quickstart.log" | head -40
 fi
 P="The jury said that"
 for f in dense sparse auto; do

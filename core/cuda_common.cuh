@@ -67,6 +67,25 @@ static inline void download_bf16(float *dst, const bf16 *src, size_t n) {
     free(tmp);
 }
 
+// A table of named device buffers carved out of ONE cudaMalloc (llm.c style): each slice starts on a 256-byte
+// boundary, everything is zeroed, and every entry's pointer is set (a 0-byte entry gets a valid, unused address).
+// Returns the cudaMalloc status (nothing is assigned on failure); *total receives the bytes asked for.
+typedef struct { const char *name; void **ptr; size_t bytes; } DeviceBufSpec;
+static inline cudaError_t device_bufs_alloc(DeviceBufSpec *spec, int n, void **mem, size_t *total) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) off += (spec[i].bytes + 255) & ~(size_t)255;
+    *total = off;
+    cudaError_t e = cudaMalloc(mem, off);
+    if (e != cudaSuccess) return e;
+    cudaCheck(cudaMemset(*mem, 0, off));
+    off = 0;
+    for (int i = 0; i < n; i++) {
+        *spec[i].ptr = (char *)*mem + off;
+        off += (spec[i].bytes + 255) & ~(size_t)255;
+    }
+    return cudaSuccess;
+}
+
 // Warp reductions.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -83,6 +83,16 @@ typedef struct {
     cudaStream_t stream;
 } Infer;
 
+// a += sign * b, field by field (the graph replays' share of the statistics).
+static inline void infer_stats_add(InferLayerStats *a, const InferLayerStats *b, long long sign) {
+    a->calls_dense += sign * b->calls_dense;
+    a->calls_tile += sign * b->calls_tile;
+    a->calls_decode += sign * b->calls_decode;
+    a->overflow_rows += sign * b->overflow_rows;
+    a->nnz_sum += (double)sign * b->nnz_sum;
+    a->nnz_rows += sign * b->nnz_rows;
+}
+
 static inline bf16 *infer_w(const Infer *m, ParamKind k, int l) {
     const ParamTensor *t = &m->lay.t[k];
     return m->params + t->offset + (t->per_layer ? (size_t)l * t->rows * t->cols : 0);
@@ -107,8 +117,6 @@ static inline void infer_transpose(bf16 *out, const bf16 *in, int R, int C, cuda
     infer_transpose_kernel<<<grid, block, 0, stream>>>(out, in, R, C);
     cudaCheckLaunch();
 }
-
-typedef struct { const char *name; void **ptr; size_t bytes; } InferBuf;
 
 // B sequences of up to S positions, prompt chunks of up to `chunk` tokens per sequence. all_logits: keep the logits
 // of every row of a call (tests), else only each sequence's last. verbose: print the memory table.
@@ -154,7 +162,7 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
                    "or --samples", m->kv_bytes / 1048576.0, B, S, cudaGetErrorString(ce));
     m->vc = m->kc + L * (size_t)B * S * KV;
     const size_t lrows = all_logits ? N : (size_t)B;
-    InferBuf spec[] = {
+    DeviceBufSpec spec[] = {
         {"x [N,D]", (void **)&m->x, N * D * 2},
         {"xm [N,D]", (void **)&m->xm, N * D * 2},
         {"ln [N,D]", (void **)&m->ln, N * D * 2},
@@ -175,17 +183,10 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
         {"tokens [N]", (void **)&m->tokens, N * 4},
         {"position", (void **)&m->d_pos, 16},
     };
-    const int nspec = (int)(sizeof spec / sizeof spec[0]);
-    size_t off = 0;
-    for (int i = 0; i < nspec; i++) off += (spec[i].bytes + 255) & ~(size_t)255;
-    m->act_bytes = off;
-    cudaCheck(cudaMalloc(&m->act_mem, m->act_bytes));
-    cudaCheck(cudaMemset(m->act_mem, 0, m->act_bytes));
-    off = 0;
-    for (int i = 0; i < nspec; i++) {
-        *spec[i].ptr = spec[i].bytes ? (char *)m->act_mem + off : NULL;
-        off += (spec[i].bytes + 255) & ~(size_t)255;
-    }
+    cudaError_t ae = device_bufs_alloc(spec, (int)(sizeof spec / sizeof spec[0]), &m->act_mem, &m->act_bytes);
+    if (ae != cudaSuccess)
+        SLLM_FATAL("infer: cannot allocate %.1f MiB of activations (%s); lower --chunk or --samples",
+                   m->act_bytes / 1048576.0, cudaGetErrorString(ae));
     float *tab = (float *)sllm_malloc((size_t)S * cfg->head_dim * 4);
     rope_build_table(tab, S, cfg->head_dim, cfg->rope_theta);
     cudaCheck(cudaMemcpy(m->rope, tab, (size_t)S * cfg->head_dim * 4, cudaMemcpyHostToDevice));
@@ -414,24 +415,15 @@ static inline void infer_decode(Infer *m, const int *tokens) {
         cudaCheck(cudaGraphInstantiate(&m->graph, g, 0));
         cudaCheck(cudaGraphDestroy(g));
         for (int l = 0; l < L; l++) {  // what the captured calls recorded is what each replay does
-            InferLayerStats *d = &m->graph_delta[l], *a = &m->stats[l], *b = &before[l];
-            d->calls_dense = a->calls_dense - b->calls_dense;
-            d->calls_tile = a->calls_tile - b->calls_tile;
-            d->calls_decode = a->calls_decode - b->calls_decode;
-            d->overflow_rows = a->overflow_rows - b->overflow_rows;
-            d->nnz_sum = a->nnz_sum - b->nnz_sum;
-            d->nnz_rows = a->nnz_rows - b->nnz_rows;
+            m->graph_delta[l] = m->stats[l];
+            infer_stats_add(&m->graph_delta[l], &before[l], -1);
         }
         memcpy(m->stats, before, sizeof(InferLayerStats) * L);
         free(before);
     }
     cudaCheck(cudaGraphLaunch(m->graph, m->stream));
     m->graph_replays++;
-    for (int l = 0; l < L; l++) {
-        InferLayerStats *d = &m->graph_delta[l], *a = &m->stats[l];
-        a->calls_dense += d->calls_dense; a->calls_tile += d->calls_tile; a->calls_decode += d->calls_decode;
-        a->overflow_rows += d->overflow_rows; a->nnz_sum += d->nnz_sum; a->nnz_rows += d->nnz_rows;
-    }
+    for (int l = 0; l < L; l++) infer_stats_add(&m->stats[l], &m->graph_delta[l], 1);
     m->pos += 1;
 }
 

@@ -120,8 +120,6 @@ __global__ void model_init_kernel(float *out, size_t n, uint64_t seed, float std
 }
 
 // ---- allocation ----------------------------------------------------------------------------------
-typedef struct { const char *name; void **ptr; size_t bytes; } ActSpec;
-
 static inline void model_print_bytes(FILE *f, const char *what, size_t b) {
     fprintf(f, "  %-28s %10.1f MiB\n", what, b / 1048576.0);
 }
@@ -180,7 +178,7 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
     }
     size_t Lln = recompute >= 2 ? 1 : L, Lh = recompute >= 1 ? 1 : L;
     int Trope = T > cfg->max_seq ? T : cfg->max_seq;
-    ActSpec spec[] = {
+    DeviceBufSpec spec[] = {
         {"res [L+1,N,D]", (void **)&m->res, (L + 1) * N * D * 2},
         {"res_mid [L,N,D]", (void **)&m->res_mid, L * N * D * 2},
         {"ln1 [L,N,D]", (void **)&m->ln1, Lln * N * D * 2},
@@ -214,22 +212,13 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
         {"scalars", (void **)&m->scalars, SC_COUNT * 4},
     };
     int nspec = (int)(sizeof spec / sizeof spec[0]);
-    size_t off = 0;
-    for (int i = 0; i < nspec; i++) off += (spec[i].bytes + 255) & ~(size_t)255;
-    m->act_bytes = off;
-    cudaError_t e = cudaMalloc(&m->act_mem, m->act_bytes);
+    cudaError_t e = device_bufs_alloc(spec, nspec, &m->act_mem, &m->act_bytes);
     if (e != cudaSuccess) {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
         SLLM_FATAL("model_create: cannot allocate %.1f MiB of activations (%s); free %.1f of %.1f MiB.\n"
                    "  hint: lower --batch, or use --recompute 1 or 2", m->act_bytes / 1048576.0,
                    cudaGetErrorString(e), fr / 1048576.0, tot / 1048576.0);
-    }
-    cudaCheck(cudaMemset(m->act_mem, 0, m->act_bytes));
-    off = 0;
-    for (int i = 0; i < nspec; i++) {
-        *spec[i].ptr = (char *)m->act_mem + off;
-        off += (spec[i].bytes + 255) & ~(size_t)255;
     }
     m->targets = m->tokens + N;
     m->buckets = m->tokens + 2 * N;

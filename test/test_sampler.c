@@ -150,11 +150,61 @@ static void test_large_vocab_nucleus(void **state) {
     free(l); free(e); free(ord); free(in);
 }
 
+// sampler_select and sampler_nucleus against a full sort, on many random arrays with ties: the first k entries are
+// exactly the k best (value descending, then index ascending), and the nucleus count is the smallest prefix with the
+// mass asked for.
+static float rank_cmp_f[400];
+static int by_rank(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    if (rank_cmp_f[x] != rank_cmp_f[y]) return rank_cmp_f[x] > rank_cmp_f[y] ? -1 : 1;
+    return x - y;
+}
+static void test_select_and_nucleus_exact(void **state) {
+    (void)state;
+    Rng g;
+    rng_seed(&g, 4242);
+    float v[400];
+    int ix[400], ord[400];
+    char in[400];
+    for (int trial = 0; trial < 2000; trial++) {
+        const int n = 2 + (int)rng_below(&g, 300);
+        for (int i = 0; i < n; i++) rank_cmp_f[i] = (float)(1 + rng_below(&g, 12));  // many ties
+        for (int i = 0; i < n; i++) ord[i] = i;
+        qsort(ord, n, sizeof(int), by_rank);
+        // top-k
+        const int k = 1 + (int)rng_below(&g, n - 1);
+        for (int i = 0; i < n; i++) { v[i] = rank_cmp_f[i]; ix[i] = i; }
+        sampler_select(v, ix, n, k);
+        memset(in, 0, n);
+        for (int i = 0; i < k; i++) in[ix[i]] = 1;
+        for (int i = 0; i < k; i++)
+            if (!in[ord[i]]) fail_msg("trial %d: top-%d of %d misses index %d", trial, k, n, ord[i]);
+        // nucleus on the same values as masses
+        double tot = 0;
+        for (int i = 0; i < n; i++) tot += rank_cmp_f[i];
+        const double target = tot * (0.05 + 0.9 * rng_uniform(&g));
+        double acc = 0;
+        int want = n;
+        for (int i = 0; i < n; i++) {
+            acc += rank_cmp_f[ord[i]];
+            if (acc >= target) { want = i + 1; break; }
+        }
+        for (int i = 0; i < n; i++) { v[i] = rank_cmp_f[i]; ix[i] = i; }
+        const int got = sampler_nucleus(v, ix, n, target);
+        if (got != want) fail_msg("trial %d: nucleus of %d for mass %.3f: %d, expected %d", trial, n, target, got, want);
+        memset(in, 0, n);
+        for (int i = 0; i < got; i++) in[ix[i]] = 1;
+        for (int i = 0; i < want; i++)
+            if (!in[ord[i]]) fail_msg("trial %d: the nucleus misses index %d", trial, ord[i]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_temperature_topk_topp),
         cmocka_unit_test(test_large_vocab_nucleus),
+        cmocka_unit_test(test_select_and_nucleus_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

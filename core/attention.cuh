@@ -22,9 +22,6 @@
 //            det (default, SLLM_ATTN_BWD=det): a separate kernel, one CTA per (128 query rows (64 for hd 128),
 //                head, batch) looping over the key blocks up to the diagonal, recomputing P from lse and
 //                dS = P (dP - D), dq accumulated in registers: bitwise deterministic, costs two more GEMMs;
-//            det2 (SLLM_ATTN_BWD=det2, hd <= 64; hd 128 runs det): det with the dk/dv kernel widened to 128 keys
-//                per CTA (32 per warp, 2 m-tiles sharing each Q/dO fragment, 32-row query blocks):
-//                attn_bwd_kv2_kernel; bitwise deterministic;
 //            atomic (v1, SLLM_ATTN_BWD=atomic): the dk/dv kernel adds dS K into an fp32 scratch accumulator with
 //                atomicAdd (NOT bitwise deterministic), then a conversion kernel scratch -> bf16 dq.
 //   simple (SLLM_ATTN=simple, or ATTN_PATH_SIMPLE): reference-quality CUDA-core kernels, one warp per query
@@ -44,14 +41,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "tc_utils.cuh"  // ldmatrix, mma, cp.async (the emulator supplies them under TC_EMU)
-#ifndef ATTN_EMU
+#include "tc_utils.cuh"  // ldmatrix, mma, cp.async
 #include "cuda_common.cuh"
-#else
-// dev/emu/attn_emu.cpp compiles the tensor-core kernels below as host code (one OS thread per CUDA thread,
-// emulated ldmatrix/mma/shuffles) to check their indexing on a machine without a GPU.
-#include "common.h"
-#endif
 
 typedef enum { ATTN_PATH_FAST = 0, ATTN_PATH_SIMPLE = 1 } AttnPath;
 
@@ -94,22 +85,19 @@ static inline AttnPath attention_path_from_env(void) {
 typedef struct {
     AttnPath path;
     int fwd_mt;   // fast forward, m-tiles (16 rows) per warp: 1 = 64 query rows per CTA (v1), 2 = 128 rows (v2;
-                  // hd <= 64, hd 128 runs 1)
+                  // hd <= 64; hd 128 uses 1)
     int bwd_det;  // fast backward: 1 = deterministic (dk/dv kernel + separate dq kernel), 0 = dq by fp32 atomics (v1)
     int dq_mt;    // deterministic dq kernel, m-tiles per warp: 1 (64 rows, 64-key blocks) or 2 (128 rows, 32-key
-                  // blocks; hd <= 64, hd 128 runs 1)
-    int kv_wide;  // deterministic dk/dv kernel: 0 = 64 keys per CTA (16 per warp), 1 = 128 keys per CTA (32 per
-                  // warp, attn_bwd_kv2_kernel; hd <= 64, hd 128 runs 0). Zero-initialised structs get 0.
+                  // blocks; hd <= 64; hd 128 uses 1)
 } AttnVariant;
 
 // Defaults of the fast path: v2 forward, deterministic backward with the 128-row dq kernel.
 static inline AttnVariant attention_variant_default(AttnPath path) {
-    AttnVariant v = {path, 2, 1, 2, 0};
+    AttnVariant v = {path, 2, 1, 2};
     return v;
 }
 
-// SLLM_ATTN (fast|simple), SLLM_ATTN_FWD (v2|v1), SLLM_ATTN_BWD (det|det2|atomic); unset = default; else fatal.
-// det2 = det with the 128-key dk/dv kernel (kv_wide = 1).
+// SLLM_ATTN (fast|simple), SLLM_ATTN_FWD (v2|v1), SLLM_ATTN_BWD (det|atomic); unset = default; else fatal.
 static inline AttnVariant attention_variant_from_env(void) {
     AttnVariant v = attention_variant_default(attention_path_from_env());
     const char *f = getenv("SLLM_ATTN_FWD"), *b = getenv("SLLM_ATTN_BWD");
@@ -119,11 +107,7 @@ static inline AttnVariant attention_variant_from_env(void) {
     }
     if (b && b[0] && strcmp(b, "det") != 0) {
         if (strcmp(b, "atomic") == 0) v.bwd_det = 0;
-        else if (strcmp(b, "det2") == 0) v.kv_wide = 1;
-        else
-            SLLM_FATAL("SLLM_ATTN_BWD=\"%s\": expected \"det\" (deterministic dq), \"det2\" (det with 128-key dk/dv "
-                       "CTAs) or \"atomic\" (fp32 atomics)",
-                       b);
+        else SLLM_FATAL("SLLM_ATTN_BWD=\"%s\": expected \"det\" (deterministic dq) or \"atomic\" (fp32 atomics)", b);
     }
     return v;
 }
@@ -131,10 +115,9 @@ static inline AttnVariant attention_variant_from_env(void) {
 static inline void attention_check_variant(const char *who, const AttnVariant *v) {
     if (v == NULL) SLLM_FATAL("%s: variant is NULL", who);
     if (v->path != ATTN_PATH_FAST && v->path != ATTN_PATH_SIMPLE) SLLM_FATAL("%s: bad path %d", who, (int)v->path);
-    if ((v->fwd_mt != 1 && v->fwd_mt != 2) || (v->dq_mt != 1 && v->dq_mt != 2) || (v->bwd_det != 0 && v->bwd_det != 1) ||
-        (v->kv_wide != 0 && v->kv_wide != 1))
-        SLLM_FATAL("%s: bad variant fwd_mt=%d bwd_det=%d dq_mt=%d kv_wide=%d (expected 1|2, 0|1, 1|2, 0|1)", who,
-                   v->fwd_mt, v->bwd_det, v->dq_mt, v->kv_wide);
+    if ((v->fwd_mt != 1 && v->fwd_mt != 2) || (v->dq_mt != 1 && v->dq_mt != 2) || (v->bwd_det != 0 && v->bwd_det != 1))
+        SLLM_FATAL("%s: bad variant fwd_mt=%d bwd_det=%d dq_mt=%d (expected 1|2, 0|1, 1|2)", who, v->fwd_mt,
+                   v->bwd_det, v->dq_mt);
 }
 
 static inline void attention_check_args(const char *who, const void *const *ptrs, int nptr, int B, int T, int H,
@@ -156,7 +139,6 @@ static inline size_t attention_backward_scratch_bytes(int B, int T, int H, int K
     return (dq_acc + dsum) * sizeof(float);
 }
 
-#ifndef ATTN_EMU
 // ------------------------------------------------------------------------------------------------
 // Simple path (reference quality): one warp per row, fp32 CUDA-core math.
 // Lane `lane` holds dims d = lane + 32*c (c < 4, d < hd).
@@ -331,7 +313,6 @@ static inline void attention_backward_simple(bf16 *dq, bf16 *dk, bf16 *dv, const
     cudaCheckLaunch();
 }
 
-#endif  // !ATTN_EMU
 
 // ------------------------------------------------------------------------------------------------
 // Fast path: tensor cores (mma.sync m16n8k16 bf16 -> fp32), FlashAttention-2 structure.
@@ -344,14 +325,12 @@ static inline void attention_backward_simple(bf16 *dq, bf16 *dk, bf16 *dv, const
 #define ATTN_BN 64       // keys per forward inner block / per backward CTA
 #define ATTN_THREADS 128 // 4 warps x 16 rows
 
-#ifndef ATTN_EMU
 // 2^x (MUFU.EX2, flush-to-zero; 2^-inf = 0)
 __device__ __forceinline__ float attn_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-#endif  // !ATTN_EMU
 // Two floats -> bf16x2 (lo in the low half = the lower column index).
 __device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -407,7 +386,7 @@ static constexpr size_t attn_fwd_smem_bytes() {
 // q0 + 16*(MT*w + mt) ..). Online softmax in the log2 domain: p = 2^(s*scale_log2 - m), m the running max of
 // s*scale_log2. Key blocks entirely after all rows of a warp are skipped by that warp (it still takes the barriers).
 template <int HD, int MT>
-__global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
+static __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
     attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T, int H, int KVH,
                     float scale_log2) {
     static_assert(MT == 1 || (MT == 2 && HD <= 64), "attn_fwd_kernel: MT = 2 only for hd <= 64 (registers)");
@@ -607,7 +586,7 @@ static constexpr size_t attn_bwd_smem_bytes() {
 // DQ = false (deterministic backward): the dQ part is left out (dq_acc unused, may be NULL; no dS^T tile, one
 // barrier less per block); attn_bwd_dq_kernel computes dq instead.
 template <int HD, bool DQ>
-__global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, bf16 *dk, bf16 *dv, const bf16 *dout,
+static __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, bf16 *dk, bf16 *dv, const bf16 *dout,
                                                                 const float *lse, const float *dsum, const bf16 *q,
                                                                 const bf16 *k, const bf16 *v, int T, int H, int KVH,
                                                                 float scale, float scale_log2) {
@@ -837,234 +816,6 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq_acc, b
 }
 
 // ------------------------------------------------------------------------------------------------
-// Wide deterministic dK/dV (SLLM_ATTN_BWD=det2, hd <= 64): like attn_bwd_kernel<HD, false> but each warp owns
-// KT = 2 key m-tiles (32 keys), so a CTA of 4 warps owns 128 keys and every Q / dO B-fragment loaded by ldmatrix
-// feeds two mma instead of one (ldmatrix:mma 48:128 per block instead of 64:128). To fit the registers (dK, dV
-// of 32 keys x HD = 128 fp32 per thread) the query blocks are 32 rows and K / V A-fragments are re-read from
-// shared memory (not cached). grid (ceil(T/128), KVH, B), 128 threads. Fixed summation order: bitwise
-// deterministic. dq is computed by attn_bwd_dq_kernel as in det.
-#define ATTN_KV2_BN 128  // keys per CTA
-#define ATTN_KV2_BQ 32   // query rows per inner block
-
-template <int HD>
-static constexpr size_t attn_bwd_kv2_smem_bytes() {
-    return (size_t)(2 * ATTN_KV2_BN + 4 * ATTN_KV2_BQ) * (HD + 8) * sizeof(bf16) +  // K, V, Q[2], dO[2]
-           (size_t)4 * ATTN_KV2_BQ * sizeof(float);                                 // lse[2], D[2]
-}
-
-template <int HD>
-__global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kv2_kernel(bf16 *dk, bf16 *dv, const bf16 *dout,
-                                                                    const float *lse, const float *dsum,
-                                                                    const bf16 *q, const bf16 *k, const bf16 *v,
-                                                                    int T, int H, int KVH, float scale,
-                                                                    float scale_log2) {
-    constexpr int LD = HD + 8, BQ = ATTN_KV2_BQ, BN = ATTN_KV2_BN, KT = 2, WK = 16 * KT;
-    extern __shared__ __align__(16) unsigned char attn_smem[];
-    bf16 *sK = reinterpret_cast<bf16 *>(attn_smem);  // [BN][LD]
-    bf16 *sV = sK + BN * LD;                          // [BN][LD]
-    bf16 *sQ = sV + BN * LD;                          // [2][BQ][LD]
-    bf16 *sdO = sQ + 2 * BQ * LD;                     // [2][BQ][LD]
-    float *sL = reinterpret_cast<float *>(sdO + 2 * BQ * LD);  // [2][BQ] lse * log2e (+inf past T)
-    float *sD = sL + 2 * BQ;                                   // [2][BQ] D (0 past T)
-
-    const int nb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
-    const int group = H / KVH;
-    const int k0 = nb * BN;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const size_t qs = (size_t)H * HD, kvs = (size_t)KVH * HD;
-    const bf16 *kb = k + (size_t)b * T * kvs + (size_t)kvh * HD;
-    const bf16 *vb = v + (size_t)b * T * kvs + (size_t)kvh * HD;
-    const int nq = CEIL_DIV(T, BQ);
-    const int i_begin = k0 / BQ;
-    const int per_head = nq - i_begin;
-    const int n_it = group * per_head;
-    const int wk0 = k0 + warp * WK;  // first key of this warp
-
-    auto load_q_block = [&](int it, int buf) {
-        int h = kvh * group + it / per_head;
-        int q0 = (i_begin + it % per_head) * BQ;
-        const bf16 *qb = q + (size_t)b * T * qs + (size_t)h * HD;
-        const bf16 *ob = dout + (size_t)b * T * qs + (size_t)h * HD;
-        attn_load_tile<HD>(sQ + buf * BQ * LD, qb, qs, q0, BQ, T, tid);
-        attn_load_tile<HD>(sdO + buf * BQ * LD, ob, qs, q0, BQ, T, tid);
-        if (tid < BQ) {
-            int row = q0 + tid;
-            size_t idx = ((size_t)b * H + h) * T + row;
-            sL[buf * BQ + tid] = row < T ? lse[idx] * ATTN_LOG2E : INFINITY;
-            sD[buf * BQ + tid] = row < T ? dsum[idx] : 0.0f;
-        }
-    };
-
-    attn_load_tile<HD>(sK, kb, kvs, k0, BN, T, tid);
-    attn_load_tile<HD>(sV, vb, kvs, k0, BN, T, tid);
-    load_q_block(0, 0);
-    tc_cp_async_commit();
-
-    float dka[KT][HD / 8][4], dva[KT][HD / 8][4];
-#pragma unroll
-    for (int kt = 0; kt < KT; kt++)
-#pragma unroll
-        for (int i = 0; i < HD / 8; i++) {
-            dka[kt][i][0] = dka[kt][i][1] = dka[kt][i][2] = dka[kt][i][3] = 0.0f;
-            dva[kt][i][0] = dva[kt][i][1] = dva[kt][i][2] = dva[kt][i][3] = 0.0f;
-        }
-
-    for (int it = 0; it < n_it; it++) {
-        tc_cp_async_wait<0>();
-        __syncthreads();  // block `it` visible; all warps are done with block it-1 (its buffer is refilled next)
-        if (it + 1 < n_it) load_q_block(it + 1, (it + 1) & 1);
-        tc_cp_async_commit();
-        const int c = it & 1;
-        const int q0 = (i_begin + it % per_head) * BQ;
-        if (q0 + BQ - 1 < wk0) continue;  // every query of the block is before every key of this warp
-        const bf16 *cQ = sQ + c * BQ * LD, *cdO = sdO + c * BQ * LD;
-        const float *cL = sL + c * BQ, *cD = sD + c * BQ;
-
-        // S^T = K Q^T (KT x 16 keys x BQ queries per warp); each Q fragment feeds KT m-tiles
-        float s[KT][BQ / 8][4];
-#pragma unroll
-        for (int kt = 0; kt < KT; kt++)
-#pragma unroll
-            for (int i = 0; i < BQ / 8; i++) s[kt][i][0] = s[kt][i][1] = s[kt][i][2] = s[kt][i][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t af[KT][4];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) attn_ldsm_a(af[kt], sK, LD, warp * WK + kt * 16, kk * 16, lane);
-#pragma unroll
-            for (int np = 0; np < BQ / 16; np++) {
-                uint32_t bfr[4];
-                attn_ldsm_bt(bfr, cQ, LD, np * 16, kk * 16, lane);
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    tc_mma_bf16(s[kt][2 * np], af[kt], bfr[0], bfr[1]);
-                    tc_mma_bf16(s[kt][2 * np + 1], af[kt], bfr[2], bfr[3]);
-                }
-            }
-        }
-        // P^T: rows = keys wk0 + 16kt + g (+8 for e >= 2), cols = queries q0 + nt*8 + 2t + (e&1)
-#pragma unroll
-        for (int kt = 0; kt < KT; kt++) {
-            const int key_a = wk0 + kt * 16 + g, key_b = key_a + 8;
-            const bool need_mask = q0 < wk0 + kt * 16 + 15;
-#pragma unroll
-            for (int nt = 0; nt < BQ / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int qc = nt * 8 + 2 * t + (e & 1);
-                    float p = attn_exp2(fmaf(s[kt][nt][e], scale_log2, -cL[qc]));
-                    if (need_mask && q0 + qc < ((e < 2) ? key_a : key_b)) p = 0.0f;
-                    s[kt][nt][e] = p;
-                }
-        }
-        // dV += P^T dO (each dO fragment feeds KT m-tiles)
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            uint32_t a[KT][4];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) {
-                a[kt][0] = attn_pack_bf16(s[kt][2 * kk][0], s[kt][2 * kk][1]);
-                a[kt][1] = attn_pack_bf16(s[kt][2 * kk][2], s[kt][2 * kk][3]);
-                a[kt][2] = attn_pack_bf16(s[kt][2 * kk + 1][0], s[kt][2 * kk + 1][1]);
-                a[kt][3] = attn_pack_bf16(s[kt][2 * kk + 1][2], s[kt][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int dp = 0; dp < HD / 16; dp++) {
-                uint32_t bfr[4];
-                attn_ldsm_bn(bfr, cdO, LD, kk * 16, dp * 16, lane);
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    tc_mma_bf16(dva[kt][2 * dp], a[kt], bfr[0], bfr[1]);
-                    tc_mma_bf16(dva[kt][2 * dp + 1], a[kt], bfr[2], bfr[3]);
-                }
-            }
-        }
-        // dP^T = V dO^T
-        float dpt[KT][BQ / 8][4];
-#pragma unroll
-        for (int kt = 0; kt < KT; kt++)
-#pragma unroll
-            for (int i = 0; i < BQ / 8; i++) dpt[kt][i][0] = dpt[kt][i][1] = dpt[kt][i][2] = dpt[kt][i][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t af[KT][4];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) attn_ldsm_a(af[kt], sV, LD, warp * WK + kt * 16, kk * 16, lane);
-#pragma unroll
-            for (int np = 0; np < BQ / 16; np++) {
-                uint32_t bfr[4];
-                attn_ldsm_bt(bfr, cdO, LD, np * 16, kk * 16, lane);
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    tc_mma_bf16(dpt[kt][2 * np], af[kt], bfr[0], bfr[1]);
-                    tc_mma_bf16(dpt[kt][2 * np + 1], af[kt], bfr[2], bfr[3]);
-                }
-            }
-        }
-        // dS^T = P^T (dP^T - D)
-#pragma unroll
-        for (int nt = 0; nt < BQ / 8; nt++) {
-            int qc = nt * 8 + 2 * t;
-            float d0 = cD[qc], d1 = cD[qc + 1];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) {
-                dpt[kt][nt][0] = s[kt][nt][0] * (dpt[kt][nt][0] - d0);
-                dpt[kt][nt][1] = s[kt][nt][1] * (dpt[kt][nt][1] - d1);
-                dpt[kt][nt][2] = s[kt][nt][2] * (dpt[kt][nt][2] - d0);
-                dpt[kt][nt][3] = s[kt][nt][3] * (dpt[kt][nt][3] - d1);
-            }
-        }
-        // dK += dS^T Q (each Q fragment feeds KT m-tiles)
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            uint32_t a[KT][4];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) {
-                a[kt][0] = attn_pack_bf16(dpt[kt][2 * kk][0], dpt[kt][2 * kk][1]);
-                a[kt][1] = attn_pack_bf16(dpt[kt][2 * kk][2], dpt[kt][2 * kk][3]);
-                a[kt][2] = attn_pack_bf16(dpt[kt][2 * kk + 1][0], dpt[kt][2 * kk + 1][1]);
-                a[kt][3] = attn_pack_bf16(dpt[kt][2 * kk + 1][2], dpt[kt][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int dp = 0; dp < HD / 16; dp++) {
-                uint32_t bfr[4];
-                attn_ldsm_bn(bfr, cQ, LD, kk * 16, dp * 16, lane);
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    tc_mma_bf16(dka[kt][2 * dp], a[kt], bfr[0], bfr[1]);
-                    tc_mma_bf16(dka[kt][2 * dp + 1], a[kt], bfr[2], bfr[3]);
-                }
-            }
-        }
-    }
-
-    // write dK (scaled), dV of this warp's keys
-    bf16 *dkb = dk + (size_t)b * T * kvs + (size_t)kvh * HD;
-    bf16 *dvb = dv + (size_t)b * T * kvs + (size_t)kvh * HD;
-#pragma unroll
-    for (int kt = 0; kt < KT; kt++) {
-        const int key_a = wk0 + kt * 16 + g, key_b = key_a + 8;
-#pragma unroll
-        for (int dt = 0; dt < HD / 8; dt++) {
-            int col = dt * 8 + 2 * t;
-            if (key_a < T) {
-                *reinterpret_cast<uint32_t *>(dkb + (size_t)key_a * kvs + col) =
-                    attn_pack_bf16(dka[kt][dt][0] * scale, dka[kt][dt][1] * scale);
-                *reinterpret_cast<uint32_t *>(dvb + (size_t)key_a * kvs + col) =
-                    attn_pack_bf16(dva[kt][dt][0], dva[kt][dt][1]);
-            }
-            if (key_b < T) {
-                *reinterpret_cast<uint32_t *>(dkb + (size_t)key_b * kvs + col) =
-                    attn_pack_bf16(dka[kt][dt][2] * scale, dka[kt][dt][3] * scale);
-                *reinterpret_cast<uint32_t *>(dvb + (size_t)key_b * kvs + col) =
-                    attn_pack_bf16(dva[kt][dt][2], dva[kt][dt][3]);
-            }
-        }
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
 // Deterministic dq (no atomics): one CTA per (BM = 64*MT query rows, head, batch), 4 warps, warp w owns rows
 // q0 + 16*MT*w .. +16*MT-1 (Q and dO fragments in registers, dQ accumulated in registers). Loops over the key
 // blocks (BN keys) up to the diagonal, recomputing P = exp2(S*scale_log2 - lse*log2e) and dP = dO V^T:
@@ -1078,7 +829,7 @@ static constexpr size_t attn_bwd_dq_smem_bytes() {
 }
 
 template <int HD, int MT>
-__global__ void __launch_bounds__(ATTN_THREADS, 2)
+static __global__ void __launch_bounds__(ATTN_THREADS, 2)
     attn_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse, const float *dsum, const bf16 *q, const bf16 *k,
                        const bf16 *v, int T, int H, int KVH, float scale, float scale_log2) {
     static_assert(MT == 1 || (MT == 2 && HD <= 64), "attn_bwd_dq_kernel: MT = 2 only for hd <= 64 (registers)");
@@ -1234,7 +985,6 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
                 *reinterpret_cast<const uint4 *>(so + r * LD + cc * 8);
     }
 }
-#ifndef ATTN_EMU
 // dq = bf16(dq_acc * scale), 8 elements per thread (n % 8 == 0 since hd % 8 == 0).
 static __global__ void attn_dq_convert_kernel(bf16 *dq, const float *dq_acc, size_t n, float scale) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
@@ -1262,7 +1012,7 @@ static inline void attention_forward_fast(bf16 *out, float *lse, const bf16 *q, 
 
 // DET = false: version 1 (dq by fp32 atomics into dq_acc, then converted). DET = true: dk/dv kernel without dq,
 // then attn_bwd_dq_kernel<HD, DQ_MT> (deterministic; dq_acc unused).
-template <int HD, bool DET, int DQ_MT, bool KV2 = false>
+template <int HD, bool DET, int DQ_MT>
 static inline void attention_backward_fast(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,
                                            const float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                                            float *dq_acc, float *dsum, int B, int T, int H, int KVH,
@@ -1272,23 +1022,11 @@ static inline void attention_backward_fast(bf16 *dq, bf16 *dk, bf16 *dv, const b
     attn_bwd_preprocess_kernel<<<attn_warp_blocks(qrows, 8), 256, 0, stream>>>(dsum, DET ? NULL : dq_acc, dout, out,
                                                                                 B, T, H, HD);
     cudaCheckLaunch();
-    if constexpr (KV2) {
-        static_assert(DET && HD <= 64, "attn_bwd_kv2_kernel: deterministic backward, hd <= 64 only");
-        size_t smem = attn_bwd_kv2_smem_bytes<HD>();
-        cudaCheck(
-            cudaFuncSetAttribute(attn_bwd_kv2_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        dim3 grid(CEIL_DIV(T, ATTN_KV2_BN), KVH, B);
-        attn_bwd_kv2_kernel<HD><<<grid, ATTN_THREADS, smem, stream>>>(dk, dv, dout, lse, dsum, q, k, v, T, H, KVH,
-                                                                      scale, scale * ATTN_LOG2E);
-    } else {
-        size_t smem = attn_bwd_smem_bytes<HD, !DET>();
-        cudaCheck(
-            cudaFuncSetAttribute(attn_bwd_kernel<HD, !DET>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        dim3 grid(CEIL_DIV(T, ATTN_BN), KVH, B);
-        attn_bwd_kernel<HD, !DET><<<grid, ATTN_THREADS, smem, stream>>>(DET ? NULL : dq_acc, dk, dv, dout, lse, dsum,
-                                                                        q, k, v, T, H, KVH, scale,
-                                                                        scale * ATTN_LOG2E);
-    }
+    size_t smem = attn_bwd_smem_bytes<HD, !DET>();
+    cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HD, !DET>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(CEIL_DIV(T, ATTN_BN), KVH, B);
+    attn_bwd_kernel<HD, !DET><<<grid, ATTN_THREADS, smem, stream>>>(DET ? NULL : dq_acc, dk, dv, dout, lse, dsum, q, k,
+                                                                    v, T, H, KVH, scale, scale * ATTN_LOG2E);
     cudaCheckLaunch();
     if (DET) {
         size_t smq = attn_bwd_dq_smem_bytes<HD, DQ_MT>();
@@ -1325,12 +1063,6 @@ static inline void attention_backward_fast_v(const AttnVariant *va, bf16 *dq, bf
         return attention_backward_fast<HD, false, 1>(dq, dk, dv, dout, out, lse, q, k, v, dq_acc, dsum, B, T, H, KVH,
                                                      stream);
     if constexpr (HD <= 64) {
-        if (va->kv_wide && va->dq_mt == 2)
-            return attention_backward_fast<HD, true, 2, true>(dq, dk, dv, dout, out, lse, q, k, v, dq_acc, dsum, B, T,
-                                                              H, KVH, stream);
-        if (va->kv_wide)
-            return attention_backward_fast<HD, true, 1, true>(dq, dk, dv, dout, out, lse, q, k, v, dq_acc, dsum, B, T,
-                                                              H, KVH, stream);
         if (va->dq_mt == 2)
             return attention_backward_fast<HD, true, 2>(dq, dk, dv, dout, out, lse, q, k, v, dq_acc, dsum, B, T, H,
                                                         KVH, stream);
@@ -1404,5 +1136,4 @@ static inline void attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *
     attention_backward_variant(&va, dq, dk, dv, dout, out, lse, q, k, v, scratch, B, T, H, KVH, hd, stream);
 }
 
-#endif  // !ATTN_EMU
 #endif  // SLLM_ATTENTION_CUH

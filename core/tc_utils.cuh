@@ -8,13 +8,9 @@
 //   C (16x8, fp32):        c0, c1 = (row g, cols 2t, 2t+1) c2, c3 = (row g+8, cols 2t, 2t+1)
 // ldmatrix .x4: lanes 8i..8i+7 give the row addresses (16 bytes each) of 8x8 matrix i; register i of
 // lane (g, t) receives elements (row g, cols 2t, 2t+1) of matrix i (with .trans: (rows 2t, 2t+1; col g)).
-//
-// Built with TC_EMU defined (dev/emu), the file declares nothing: the CPU emulator supplies the same
-// functions with emulated warp semantics, so kernels written against this header run on a CPU.
 #ifndef SLLM_TC_UTILS_CUH
 #define SLLM_TC_UTILS_CUH
 
-#ifndef TC_EMU
 #include <stdint.h>
 
 __device__ __forceinline__ uint32_t tc_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -51,6 +47,5 @@ __device__ __forceinline__ void tc_mma_bf16(float c[4], const uint32_t a[4], uin
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-#endif  // !TC_EMU
 
 #endif  // SLLM_TC_UTILS_CUH

@@ -9,7 +9,7 @@
 // Why a path of its own: at a few rows the tile path (cuBLASLt gate GEMM + pack, the split up/down, the host
 // sync that sizes the overflow fallback) is bound by launches and latency, not by bytes: on the H200 it takes
 // 48 us per call at M = 1, where its gate GEMM alone takes 18 us and reading the three weight matrices once
-// would take ~15 us (dev/RESULTS.md, run 62). Here a call is two kernels:
+// would take ~15 us. Here a call is two kernels:
 //   1. twell_decode_gate_kernel<MT, true, WARPS>: g = relu(X W1^T) rounded to bf16 (W1 = Wg, or Wu when non-gated),
 //      written densely to g [M, F], and the up for the active units of the CTA's own group. A GEMV on tensor cores: a
 //      CTA of WARPS warps (8 at up to 32 rows, 4 at 64: twell_decode_gate_warps) owns a group of 16 units (2 blocks of
@@ -30,10 +30,10 @@
 //      then the 8 partial sums are added in warp order: y rounded once to bf16. Deterministic.
 // Both kernels are programmatic dependent launches (twell_ffn_set_decode_pdl, default on): the down is scheduled as the
 // gate's CTAs exit and the next layer's gate while the down finishes, each waiting (griddepcontrol.wait) for the kernel
-// before it to complete before it touches its data: ~0.5 us less per layer, the same bits (stop 14).
+// before it to complete before it touches its data: ~0.5 us less per layer, the same bits.
 // The active gates are counted on the device (one atomic per gate CTA with actives) for the dispatch; twell/ffn.cuh
-// reads the count back at a later call, without a sync. (Until stop 13 the up was a kernel of its own, one CTA per
-// (256-unit tile, row): fusing it into the gate saves a launch and its dependent L2/HBM round trips, ~6 us at M 1.)
+// reads the count back at a later call, without a sync. (The up fused into the gate saves, against a kernel of its own,
+// a launch and its dependent L2/HBM round trips, ~6 us at M 1.)
 #ifndef SLLM_TWELL_DECODE_CUH
 #define SLLM_TWELL_DECODE_CUH
 
@@ -46,7 +46,7 @@
 #define TWELL_DEC_GATE_WARPS 4    // split-K warps per gate CTA at more than 32 rows (8 below: twell_decode_gate_warps)
 #define TWELL_DEC_GATE_NB 2       // 8-unit blocks per gate CTA (16 units)
 #define TWELL_DEC_GATE_UNROLL 4   // 64-column steps in flight per warp (half at more than 32 rows; 8 is no faster,
-                                  // run 75: 2 CTAs per SM instead of 4)
+                                  // 2 CTAs per SM instead of 4)
 #define TWELL_DEC_GROUP (8 * TWELL_DEC_GATE_NB)  // units per gate CTA = per list group (16)
 #define TWELL_DEC_THREADS 256     // down CTAs
 #define TWELL_DEC_MAX_F 65536     // widest F: the down kernel keeps the F / 16 group offsets in shared memory
@@ -66,7 +66,7 @@
 // up to 4 KB of each of the two rows in flight, fp32, fixed-order warp sum) or h = g (non-gated, Wu == NULL); it writes
 // cnt[row, group] and ent[row, 16 group + j] = (unit, fp32 bits of h), j < cnt, and adds its count to *nnz.
 template <int MT, bool LISTS, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS, WARPS == 8 ? 3 : 0)
+static __global__ void __launch_bounds__(32 * WARPS, WARPS == 8 ? 3 : 0)
 twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1, const bf16 *__restrict__ Wu,
                          bf16 *__restrict__ G, int *__restrict__ cnt, uint2 *__restrict__ ent,
                          unsigned long long *__restrict__ nnz, int M, int D, int F) {
@@ -135,7 +135,7 @@ twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1
     }
     // No pdl_launch_dependents() here: the down is scheduled as the gate's CTAs exit. Scheduled after the weight loop
     // instead, its CTAs land on the SMs the gate leaves free at that moment, several to an SM, and a heavy down pays:
-    // 81 against 68 us per layer at M 1 / 50%, 20.4 against 18.9 at M 4 / nnz 256 (run 82).
+    // 81 against 68 us per layer at M 1 / 50%, 20.4 against 18.9 at M 4 / nnz 256.
     // Split-K sum in warp order: warps 1.. park their partial sums, warp 0 adds them and stores.
     if (warp > 0) {
 #pragma unroll
@@ -231,7 +231,7 @@ twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1
 
 // ---- 3. down: y = sum over entries of h * WdT[unit] ----
 // grid (ceil(D / 256), M), TWELL_DEC_THREADS threads; lane owns columns 256 slice + 8 lane .. + 7.
-__global__ void __launch_bounds__(TWELL_DEC_THREADS)
+static __global__ void __launch_bounds__(TWELL_DEC_THREADS)
 twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ cnt, const uint2 *__restrict__ ent,
                          bf16 *__restrict__ Y, int D, int F) {
     constexpr int WARPS = TWELL_DEC_THREADS / 32, CAP = TWELL_DEC_DOWN_CAP, R = 8;
@@ -322,7 +322,7 @@ static inline int twell_decode_gate_tiles(int M) { return M <= 16 ? 1 : M <= 32 
 // into CUDA graphs as programmatic edges): the down is scheduled as the gate's CTAs exit, the next layer's gate while
 // the down adds its last rows; each waits (griddepcontrol.wait) before it reads what the kernel before it writes
 // or writes what it reads, so the results are the same bits either way (test_decode_pdl). It saves 0.15-0.65 us per
-// layer as a graph, 1.7-3.2 eagerly (dev/RESULTS.md, run 83).
+// layer as a graph, 1.7-3.2 eagerly (H200).
 static inline cudaLaunchConfig_t twell_decode_launch_config(dim3 grid, int block, int pdl, cudaLaunchAttribute *attr,
                                                             cudaStream_t stream) {
     cudaLaunchConfig_t cfg = {};
@@ -337,7 +337,7 @@ static inline cudaLaunchConfig_t twell_decode_launch_config(dim3 grid, int block
     return cfg;
 }
 // Split-K warps per gate CTA for M rows: 8 at up to 32 rows (twice the warps per SM: the gate waits on memory with
-// ~10.7 warps per SM, run 78; with 8, the gate and its up take 0.4 us less at M 1, 1.6-2.4 less at M 16-32, run 79),
+// ~10.7 warps per SM; with 8, the gate and its up take 0.4 us less at M 1, 1.6-2.4 less at M 16-32),
 // TWELL_DEC_GATE_WARPS = 4 at 64 rows (8 would spill at the 80 registers that 3 CTAs of 256 threads per SM allow).
 static inline int twell_decode_gate_warps(int M) { return M <= 32 ? 8 : TWELL_DEC_GATE_WARPS; }
 // warps: 4 or 8 split-K warps per gate CTA (0: twell_decode_gate_warps(M); always 4 at more than 32 rows).

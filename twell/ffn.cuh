@@ -6,23 +6,19 @@
 //   Shapes: F % 256 == 0, D % 64 == 0, D <= 8192, 1 <= M <= max_M of the workspace; pointers 16-byte
 //   aligned. Anything else returns TWELL_ERR_* with a message naming the constraint, Y untouched.
 //
-// Sparse path: (1) gate -> TwELL (twell/gate.cuh; default: cuBLASLt GEMM with the ReLU bit-mask epilogue +
-// the mask pack, 16384-row chunks), (2) up+down on every non-overflow row (default, gated: the up and the
-// down as two token-major kernels, twell/updown_split.cuh; non-gated: the token-major kernel of
-// twell/updown.cuh; selectable: the fused token-major variants and the D-sliced tensor-core one of
-// twell/sliced.cuh, whose blocks that do not fit its slot area join the overflow rows), (3) overflow rows (a
-// tile with more non-zeros than slots) gathered and computed by the dense FFN (twell/dense_ffn.cuh) and
-// scattered back. The number of overflow rows and the mean number of active gates come back in
-// TwellFFNResult. One host sync per sparse call (to size the fallback GEMMs by the device overflow count); it
-// overlaps the up/down kernels.
-// twell_ffn_tune_gate (opt-in) picks the fastest cuBLASLt algorithm for the gate GEMM by timing (since the
-// mask GEMM defaults to 128x128 tiles, run 39, it gains little: gate 2.24-2.29 tuned vs 2.15-2.27 ms).
+// Tile path (a sparse call of M > decode_rows rows): (1) gate -> TwELL (twell/gate.cuh: the wgmma kernel of
+// twell/gate_wgmma.cuh on Hopper, the cuBLASLt mask GEMM + pack elsewhere), (2) up+down on every non-overflow row
+// (gated: the up and the down as two token-major kernels, twell/updown_split.cuh; non-gated: the fused kernel of
+// twell/updown.cuh), (3) overflow rows (a tile with more non-zeros than slots) gathered and computed by the dense
+// FFN (twell/dense_ffn.cuh) and scattered back. The number of overflow rows and the mean number of active gates come
+// back in TwellFFNResult. One host sync per tile-path call (to size the fallback GEMMs by the device overflow count).
 //
 // Decode path (twell/decode.cuh): a sparse call of M <= ws->decode_rows rows (default TWELL_DECODE_MAX_M = 64;
 // twell_ffn_set_decode_rows, 0 = off) runs two small kernels instead (tensor-core GEMV gate with the up of its
-// active units fused, lists of the active units with no capacity limit; down): no host sync, no overflow rows, capturable in a CUDA graph.
-// Its count of active gates is read back at a later call, like the dense path's. TwellFFNResult.decode = 1. Its
-// kernels are programmatic dependent launches (twell_ffn_set_decode_pdl): consecutive layers overlap.
+// active units fused, lists of the active units with no capacity limit; down): no host sync, no overflow rows,
+// capturable in a CUDA graph. Its count of active gates is read back at a later call, like the dense path's.
+// TwellFFNResult.decode = 1. Its kernels are programmatic dependent launches (twell_ffn_set_decode_pdl): consecutive
+// layers overlap.
 //
 // Dense path: cuBLASLt gate and up GEMMs, relu*mul, down GEMM (chunks of dense_chunk_rows rows).
 //
@@ -33,10 +29,8 @@
 // mean (both paths measure it on the device; the dense path's count is read back at the next call, so
 // it costs no sync), else sparse (measures). twell_ffn_calibrate fits the model on real data.
 //
-// Options (all selectable, all covered by test_twell, all timed by dev/bench/bench_ffn.cu):
-//   ws->gate_variant (TWELL_GATE_*), twell_ffn_set_gate_chunk, ws->updown_variant (TWELL_UPDOWN_*),
-//   twell_ffn_set_sliced_capacity, twell_ffn_tune_gate, twell_ffn_set_interleaved (weights [F, 2, D]),
-//   twell_ffn_set_l2_persist (L2 window on the weights).
+// Options (tests and benchmarks): ws->gate_variant (TWELL_GATE_*), twell_ffn_set_gate_chunk (the cuBLASLt gate),
+// ws->split_order_mode, twell_ffn_set_decode_rows, twell_ffn_set_decode_pdl, ws->dec_gate_warps, ws->gate_max_ctas.
 #ifndef SLLM_TWELL_FFN_CUH
 #define SLLM_TWELL_FFN_CUH
 
@@ -49,8 +43,6 @@
 #include "twell/format.h"
 #include "twell/gate.cuh"
 #include "twell/gate_wgmma.cuh"
-#include "twell/gate_wgmma2.cuh"
-#include "twell/sliced.cuh"
 #include "twell/updown.cuh"
 #include "twell/updown_split.cuh"
 
@@ -58,19 +50,15 @@
 //   predicted sparse / dense = s0 + s1 * sparse_nnz + fovf * overflow_row_fraction
 // sparse_nnz = the active units per token (over all rows) of the rows the sparse up/down computes, i.e. without
 // the overflow rows, which the dense fallback pays as fovf (measured: the mean over all rows times the last
-// sparse call's share ws->last_sparse_share; the mean alone double-counted heavy overflow rows and kept heavy
-// patterns on the dense path 10% slower, run 33).
+// sparse call's share ws->last_sparse_share; the mean alone would count heavy overflow rows twice and keep heavy
+// patterns on the dense path while sparse is faster).
 // Sparse runs when that is < 1 - margin, dense when > 1 + margin; in between the previous path is kept
 // (hysteresis: no flip-flopping on noise near the crossover; the cost of a wrong pick there is at most
 // ~margin). Crossover nnz* = (1 - s0) / s1. twell_ffn_calibrate() measures s0 and s1 on the caller's
 // own data and GPU (recommended once at start-up); the defaults below are used until then.
-// Defaults: H200, D 2048, F 5632, M 65536, the MEASURED least-squares fit of bench_ffn (uniform rows,
-// nnz 8-128) with the current defaults (wgmma_fo gate, up/down split at GU 2 / GD 4, the up at 10 CTAs per SM):
-// s0 0.3172, s1 0.008670 -> crossover 79 (run 120 of dev/RESULTS.md; run 114, before the split's changes: 0.3332 /
-// 0.008672 -> 77; run 97, wgmma_fe gate: 0.3401 / 0.008836 -> 75; run 39, bit-mask gate in 16384-row chunks on 128x128 tiles: 0.3483 / 0.008397 -> 78;
-// run 34, with the heuristic's 192x192 tiles for the mask GEMM: 0.4151 / 0.008121 -> 72; run 18, fused up/down:
-// 0.4307 / 0.008136 -> 70).
-// Refresh from bench_ffn's "fitted model" line after kernel changes.
+// Defaults: the least-squares fit of bench_ffn's sweep (H200, D 2048, F 5632, M 65536, uniform rows, nnz 8-128)
+// with the default kernels: s0 0.3172, s1 0.008670 -> crossover 79. Refresh from bench_ffn's "fitted model" line
+// after kernel changes.
 #define TWELL_DISPATCH_S0 0.3172
 #define TWELL_DISPATCH_S1 0.008670
 #define TWELL_DISPATCH_FOVF 1.2
@@ -80,22 +68,20 @@
 // the dense FFN's time hardly depends on M (it reads the weights once); the decode path pays a fixed cost (the gate
 // reads Wg), a cost per row, per active (row, unit) pair 8 KB of weight rows, gathered with less parallelism when few
 // rows carry many units (sn), and a step where its gate goes from 2 to 4 tiles of 16 rows (every CTA re-reads all
-// rows of x: 12.5 -> 20.5 us at D 2048, F 5632; without the step the fit is off by up to 0.11 and sent M 64 / nnz 64
-// to decode, 8% slower than dense, in run 70).
-// Defaults: the least-squares fit over the 28 rows under ratio 2 of run 80 of dev/RESULTS.md (`bench_decode --nnz
-// 8,29,64,256,50%`; H200, D 2048, F 5632, 8 layers from HBM, eager calls; the gate with the up fused, 8 gate warps at
-// up to 32 rows, programmatic launches): worst residual 0.089 (the step at 33 rows is larger since the 8-warp gate).
-// (Runs 68 and 70, before the programmatic launches: 0.6213 / 3.113e-05 / 0.001158 / 0.0005029 / 0.2082.)
+// rows of x: 12.5 -> 20.5 us at D 2048, F 5632; without the step the fit is off by up to 0.11 and sends M 64 / nnz 64
+// to decode, 8% slower than dense).
+// Defaults: the least-squares fit over the 28 rows under ratio 2 of `bench_decode --nnz 8,29,64,256,50%` (H200,
+// D 2048, F 5632, 8 layers from HBM, eager calls): worst residual 0.089.
 #define TWELL_DECODE_S0 0.4535
 #define TWELL_DECODE_S1 3.49e-05
 #define TWELL_DECODE_SM 0.0004438
 #define TWELL_DECODE_SN 0.0005274
 #define TWELL_DECODE_SG4 0.2853
 // The same model for calls captured into a CUDA graph (TWELL_DECODE_G_*; twell_ffn_forward picks it under stream
-// capture): the ratio of the two paths' graph times, which leaves out the host's launch cost (eager, the dense path's 4
-// launches per layer cost more host time than the decode path's 2, and the eager dense time varies by up to 2x from run
-// to run with the host: 37-73 us per layer at M 64, run 75). Defaults: bench_decode's "fitted graph model" of run 80
-// (28 rows under ratio 2, worst residual 0.089).
+// capture): the ratio of the two paths' graph times, which leaves out the host's launch cost (eagerly, the dense
+// path's 4 launches per layer cost more host time than the decode path's 2, and the eager dense time varies by up to
+// 2x between runs with the host: 37-73 us per layer at M 64). Defaults: bench_decode's "fitted graph model" (28 rows
+// under ratio 2, worst residual 0.089).
 #define TWELL_DECODE_G_S0 0.4549
 #define TWELL_DECODE_G_S1 4.572e-05
 #define TWELL_DECODE_G_SM -1.679e-05
@@ -115,46 +101,18 @@ typedef struct {
     int path;            // TWELL_PATH_DENSE or TWELL_PATH_SPARSE: the path that ran
     int n_overflow;      // sparse path: rows computed by the dense fallback; dense path: -1 (not measured)
     double mean_nnz;     // sparse path: mean active gates per token of this call; dense: -1 (read next call)
-    int updown;          // sparse path: the up/down variant that ran (TWELL_UPDOWN_*)
-    int sliced_rows;     // sparse path, sliced up/down: rows of blocks that did not fit its slot area (computed by
-                         // the dense fallback, included in n_overflow)
-    int split_up;        // sparse path, split up/down: the up that ran (TWELL_SPLIT_UP_TOKEN / _B256 / _B512)
-    int bu_rows;         // sparse path, blocked up: rows of blocks over its capacity, computed by the token-major up
+    int updown;          // tile path: the up/down that ran (TWELL_UPDOWN_SPLIT / _FUSED); else -1
     int decode;          // sparse path: 1 if the decode path ran (M <= decode_rows; then n_overflow 0, mean_nnz -1:
                          // its count is read back at the next call, without a sync)
 } TwellFFNResult;
 
-// The up kernel of the split up/down (ws->split_up): token-major (twell/updown_split.cuh) or blocked, blocks of 256 or
-// 512 tokens sharing weight rows (twell/up_blocked.cuh). AUTO: TWELL_SPLIT_UP_DEFAULT where the shape allows the
-// blocked up, else token-major. The default stays token-major: the blocked ups are correct but measured slower on
-// the H200 (run 51 of dev/RESULTS.md, M 65536: up stage at uniform nnz 29 1.62 / 1.75 ms against 1.03).
-enum { TWELL_SPLIT_UP_AUTO = -1, TWELL_SPLIT_UP_TOKEN = 0, TWELL_SPLIT_UP_B256 = 1, TWELL_SPLIT_UP_B512 = 2,
-       TWELL_SPLIT_UP_NUM = 3 };
-#ifndef TWELL_SPLIT_UP_DEFAULT
-#define TWELL_SPLIT_UP_DEFAULT TWELL_SPLIT_UP_TOKEN
-#endif
-static inline const char *twell_split_up_name(int u) {
-    static const char *names[TWELL_SPLIT_UP_NUM] = {"token", "blocked256", "blocked512"};
-    return u == TWELL_SPLIT_UP_AUTO ? "auto" : u >= 0 && u < TWELL_SPLIT_UP_NUM ? names[u] : "?";
-}
-static inline int twell_split_up_tokens(int u) { return u == TWELL_SPLIT_UP_B512 ? 512 : 256; }
-
 typedef struct {
     int max_M, D, F, C, gated;
     int gate_variant;     // TWELL_GATE_* (default TWELL_GATE_DEFAULT)
-    int updown_variant;   // TWELL_UPDOWN_* (default AUTO: see twell_ffn_updown_resolve)
-    int gate_chunk_rows;  // rows per gate GEMM + pack chunk of the cuBLASLt gates (twell_ffn_set_gate_chunk)
-    int gate_scratch_rows;  // rows of gate_scratch / gate_mask allocated (0 until a cuBLASLt gate runs)
-    int gate_max_ctas;    // wgmma gate variants: cap on the persistent grid (0 = all SMs; tests: many tiles per CTA)
+    int gate_chunk_rows;  // rows per GEMM + pack chunk of the cuBLASLt gate (twell_ffn_set_gate_chunk)
+    int gate_scratch_rows;  // rows of gate_scratch / gate_mask allocated (0 until the cuBLASLt gate runs)
+    int gate_max_ctas;    // wgmma gate: cap on the persistent grid (0 = all SMs; tests: many tiles per CTA)
     TwellDispatchModel model;
-    // Interleaved up/down weights [F, 2, D] (twell_interleave_weights), owned by the caller; NULL = use
-    // Wu / WdT as passed. Set with twell_ffn_set_interleaved; must hold the same values as Wu / WdT.
-    const bf16 *Wi;
-    // L2 persistence window over the up/down weights during the up/down kernel (twell_ffn_set_l2_persist).
-    int l2_persist;
-    size_t l2_prev_limit;   // cudaLimitPersistingL2CacheSize before enabling (restored on disable)
-    size_t l2_limit;        // the limit set (bytes)
-    int l2_max_window;      // cudaDevAttrMaxAccessPolicyWindowSize
     // device buffers
     uint32_t *tw;                 // [max_M, F/C]
     int *ovf_flag, *ovf_list;     // [max_M]
@@ -164,19 +122,14 @@ typedef struct {
     unsigned long long *dense_nnz_host;  // pinned
     cudaEvent_t dense_nnz_ready;
     int dense_nnz_pending, dense_nnz_pending_M;
-    bf16 *gate_scratch[2];        // 2 x [gate_scratch_rows, F] (the serial variant uses [0])
-    uint32_t *gate_mask[2];       // 2 x [gate_scratch_rows, F/32]: ReLU bit-masks of TWELL_GATE_CUBLAS_MASK
-    int gate_mask_failed;         // cuBLASLt had no algorithm for the mask epilogue: the plain GEMM is used
-    // Sliced up/down (twell/sliced.cuh), when selected as ws->updown_variant and the shape fits (sl_ok).
-    TwellSlicedWS sl;             // allocated on the first sliced call (sl.rec_up != NULL), ~0.8 GB at max_M 65536
-    int sl_ok;                    // the shape fits the sliced up/down
-    int sl_slots_per_token;       // its capacity (0: the default)
-    long long sl_rows_total;      // rows the sliced up/down sent to the dense fallback, over all calls
-    int last_updown;              // the up/down variant of the last sparse call
-    // Split up/down (twell/updown_split.cuh, the default of gated layers), allocated with the workspace when gated:
-    // two buffers of pairs [split_rows, P], counts and row orders (2 x 89 MB at the paper's shape). Chunk c runs
-    // in buffer c % 2 on `stream` (c even) or pack_stream (c odd), so the tail of one chunk's kernels (a few
-    // heavy rows) overlaps the next chunk.
+    bf16 *gate_scratch[2];        // 2 x [gate_scratch_rows, F]: the cuBLASLt gate's GEMM output
+    uint32_t *gate_mask[2];       // 2 x [gate_scratch_rows, F/32]: its ReLU bit-masks
+    int gate_mask_failed;         // cuBLASLt had no algorithm for the mask epilogue: the plain GEMM + full pack run
+    int last_updown;              // the up/down of the last tile-path call (TWELL_UPDOWN_*)
+    // Split up/down (twell/updown_split.cuh, gated layers), allocated with the workspace when gated: two buffers of
+    // pairs [split_rows, P], counts and row orders (2 x 89 MB at the paper's shape). Chunk c runs in buffer c % 2 on
+    // `stream` (c even) or pack_stream (c odd), so the tail of one chunk's kernels (a few heavy rows) overlaps the
+    // next chunk.
     uint2 *split_pairs[2];
     int *split_cnt[2], *split_order[2];  // [split_rows], [split_rows + 2]
     int split_rows;
@@ -186,12 +139,7 @@ typedef struct {
     // load per CTA, ~0.1 ms at M 65536), _HEAVY_FIRST, _INDEX.
     int split_order_mode;
     int split_last_heavy;     // heavy rows seen by the last sparse call (-1: none yet)
-    int split_units;          // units per step of its kernels: TWELL_SPLIT_UNITS_* (default TWELL_SPLIT_UNITS_DEFAULT)
-    int split_up;             // its up kernel: TWELL_SPLIT_UP_* (default AUTO)
-    int split_bu_capr;        // blocked up: entries per token of a block's area (default TWELL_BU_CAPR)
-    TwellBlockedUpBuf split_bu[2][2];  // blocked up buffers [T == 512][chunk stream] (allocated on first use)
-    int last_split_up;        // the split up of the last sparse call (TWELL_SPLIT_UP_*)
-    cudaStream_t pack_stream;     // side stream of the overlapped gate (non-blocking)
+    cudaStream_t pack_stream;     // side stream of the cuBLASLt gate and of the split up/down (non-blocking)
     cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
     // Decode path (twell/decode.cuh): sparse calls with M <= decode_rows (0: off) run it. Scratch for dec_alloc_rows
@@ -235,32 +183,6 @@ static inline void twell_ffn_split_alloc(TwellFFNWorkspace *ws) {
     }
 }
 
-// The up kernel the split up/down runs with ws->split_up (AUTO resolved): TWELL_SPLIT_UP_* (>= 0), or TWELL_ERR_ARG
-// for an unknown setting, TWELL_ERR_SHAPE when an explicit blocked setting cannot run this shape or capacity (the
-// reason printed).
-static inline int twell_ffn_split_up_resolve(const TwellFFNWorkspace *ws) {
-    int u = ws->split_up;
-    if (u == TWELL_SPLIT_UP_AUTO) {
-        u = TWELL_SPLIT_UP_DEFAULT;
-        if (u != TWELL_SPLIT_UP_TOKEN &&
-            !twell_bu_supports(ws->D, ws->F, twell_split_up_tokens(u), ws->split_bu_capr, NULL, 0))
-            u = TWELL_SPLIT_UP_TOKEN;
-        return u;
-    }
-    if (u < 0 || u >= TWELL_SPLIT_UP_NUM) {
-        fprintf(stderr, "error: twell: unknown split_up %d (expected -1..%d)\n", u, TWELL_SPLIT_UP_NUM - 1);
-        return TWELL_ERR_ARG;
-    }
-    char why[200];
-    if (u != TWELL_SPLIT_UP_TOKEN &&
-        !twell_bu_supports(ws->D, ws->F, twell_split_up_tokens(u), ws->split_bu_capr, why, sizeof why)) {
-        fprintf(stderr, "error: twell: the blocked up (%s) cannot run D=%d F=%d with %d entries per token: %s\n",
-                twell_split_up_name(u), ws->D, ws->F, ws->split_bu_capr, why);
-        return TWELL_ERR_SHAPE;
-    }
-    return u;
-}
-
 // Allocates everything for up to max_M tokens. Returns TWELL_OK or an error (message printed).
 static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, int D, int F, int C, int gated) {
     memset(ws, 0, sizeof(*ws));
@@ -269,7 +191,6 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     if (max_M < 1) { fprintf(stderr, "error: twell: max_M must be >= 1\n"); return TWELL_ERR_SHAPE; }
     ws->max_M = max_M; ws->D = D; ws->F = F; ws->C = C; ws->gated = gated ? 1 : 0;
     ws->gate_variant = TWELL_GATE_DEFAULT;
-    ws->updown_variant = TWELL_UPDOWN_AUTO;
     ws->gate_chunk_rows = TWELL_GATE_DEFAULT_CHUNK;
     ws->model.s0 = TWELL_DISPATCH_S0;
     ws->model.s1 = TWELL_DISPATCH_S1;
@@ -294,7 +215,7 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->dense.chunk_rows = 16384;
     if (ws->dense.chunk_rows > max_M) ws->dense.chunk_rows = max_M;
     ws->gate_chunk_rows = ws->gate_chunk_rows < max_M ? ws->gate_chunk_rows : max_M;
-    ws->gate_scratch_rows = 0;  // the cuBLASLt gates' scratch: allocated on their first use (twell_ffn_gate_scratch_ensure)
+    ws->gate_scratch_rows = 0;  // the cuBLASLt gate's scratch: allocated on its first use (twell_ffn_gate_scratch_ensure)
     cudaCheck(cudaMalloc(&ws->tw, sizeof(uint32_t) * (size_t)max_M * (F / C)));
     cudaCheck(cudaMalloc(&ws->ovf_flag, sizeof(int) * (size_t)max_M));
     cudaCheck(cudaMalloc(&ws->ovf_list, sizeof(int) * (size_t)max_M));
@@ -307,12 +228,8 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
         cudaCheck(cudaEventCreateWithFlags(&ws->ev_gemm[b], cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&ws->ev_pack[b], cudaEventDisableTiming));
     }
-    ws->sl_ok = twell_sliced_supports(D, F, gated, NULL, 0);  // its buffers are allocated on first use
-    if (ws->gated && twell_split_supports(D)) twell_ffn_split_alloc(ws);  // the default up/down of gated layers
+    if (ws->gated) twell_ffn_split_alloc(ws);  // the up/down of gated layers
     ws->split_last_heavy = -1;
-    ws->split_units = TWELL_SPLIT_UNITS_DEFAULT;
-    ws->split_up = TWELL_SPLIT_UP_AUTO;
-    ws->split_bu_capr = TWELL_BU_CAPR;
     cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
     for (int b = 0; b < 2; b++) cudaCheck(cudaEventCreateWithFlags(&ws->ev_split[b], cudaEventDisableTiming));
     size_t cr = (size_t)ws->dense.chunk_rows;
@@ -346,7 +263,7 @@ static inline int twell_ffn_set_decode_rows(TwellFFNWorkspace *ws, int rows) {
 }
 
 // The decode path's kernels as programmatic dependent launches (1, the default: a kernel is scheduled while the one
-// before it finishes: 0.15-0.65 us per layer as a graph, run 83) or plain launches (0). The results are the same bits
+// before it finishes: 0.15-0.65 us per layer as a graph on the H200) or plain launches (0). The results are the same bits
 // (test_decode_pdl).
 static inline int twell_ffn_set_decode_pdl(TwellFFNWorkspace *ws, int on) {
     if (on != 0 && on != 1) {
@@ -374,9 +291,9 @@ static inline double twell_ffn_read_count(TwellFFNWorkspace *ws) {
     return ws->last_mean_nnz;
 }
 
-// The cuBLASLt gate variants' scratch (2 x [gate_chunk_rows, F] bf16 + their ReLU bit-masks: 392 MB at 16384
-// rows and F 5632), allocated on their first use or grown to gate_chunk_rows (synchronizes the device when it
-// reallocates). The default gate on Hopper (wgmma_fo) never needs it.
+// The cuBLASLt gate's scratch (2 x [gate_chunk_rows, F] bf16 + their ReLU bit-masks: 392 MB at 16384 rows and
+// F 5632), allocated on its first use or grown to gate_chunk_rows (synchronizes the device when it reallocates). The
+// wgmma gate (the default on Hopper) never needs it.
 static inline void twell_ffn_gate_scratch_ensure(TwellFFNWorkspace *ws) {
     const int rows = ws->gate_chunk_rows;
     if (rows <= ws->gate_scratch_rows) return;
@@ -390,7 +307,7 @@ static inline void twell_ffn_gate_scratch_ensure(TwellFFNWorkspace *ws) {
     ws->gate_scratch_rows = rows;
 }
 
-// Sets the gate chunk (rows per GEMM + pack of the cuBLASLt gates); grows their scratch now if it is already
+// Sets the gate chunk (rows per GEMM + pack of the cuBLASLt gate); grows its scratch now if it is already
 // allocated (else on first use). rows in [1, max_M] (larger is clamped to max_M).
 static inline int twell_ffn_set_gate_chunk(TwellFFNWorkspace *ws, int rows) {
     if (rows < 1) {
@@ -403,95 +320,16 @@ static inline int twell_ffn_set_gate_chunk(TwellFFNWorkspace *ws, int rows) {
     return TWELL_OK;
 }
 
-// Re-creates the sliced up/down's buffers with slots_per_token slots per token (<= 0: the default, 96; see
-// twell_sliced_create): a block of 8 tokens needing more goes to the dense fallback (counted in
-// TwellFFNResult.sliced_rows and ws->sl_rows_total). Synchronizes the device. TWELL_ERR_SHAPE if the shape has
-// no sliced path.
-static inline int twell_ffn_set_sliced_capacity(TwellFFNWorkspace *ws, int slots_per_token) {
-    if (!ws->sl_ok) {
-        fprintf(stderr, "error: twell_ffn_set_sliced_capacity: this workspace (D=%d F=%d) has no sliced up/down\n",
-                ws->D, ws->F);
-        return TWELL_ERR_SHAPE;
-    }
-    cudaCheck(cudaDeviceSynchronize());
-    twell_sliced_free(&ws->sl);
-    ws->sl_slots_per_token = slots_per_token;
-    return twell_sliced_create(&ws->sl, ws->max_M, ws->D, ws->F, ws->C, ws->gated, slots_per_token);
-}
-
-// Uses Wi ([F, 2, D] from twell_interleave_weights; NULL = off) for the sparse up/down.
-static inline int twell_ffn_set_interleaved(TwellFFNWorkspace *ws, const bf16 *Wi) {
-    if ((uintptr_t)Wi & 15) {
-        fprintf(stderr, "error: twell_ffn_set_interleaved: Wi must be 16-byte aligned\n");
-        return TWELL_ERR_ARG;
-    }
-    ws->Wi = Wi;
-    return TWELL_OK;
-}
-
-// Enables (on != 0) or disables the L2 persistence window over the up/down weights. Enabling sets
-// cudaLimitPersistingL2CacheSize to the device maximum (the previous value is saved and restored on
-// disable / workspace free). Returns TWELL_ERR_ARG (message, nothing changed) if the device has no
-// persisting L2 or a call fails; the FFN then runs without the window.
-static inline int twell_ffn_set_l2_persist(TwellFFNWorkspace *ws, int on) {
-    on = on ? 1 : 0;
-    if (on == ws->l2_persist) return TWELL_OK;
-    if (!on) {
-        cudaError_t e1 = cudaCtxResetPersistingL2Cache();
-        cudaError_t e2 = cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, ws->l2_prev_limit);
-        ws->l2_persist = 0;
-        if (e1 != cudaSuccess || e2 != cudaSuccess) {
-            fprintf(stderr, "warning: twell: restoring the L2 persisting limit failed: %s / %s\n",
-                    cudaGetErrorString(e1), cudaGetErrorString(e2));
-            (void)cudaGetLastError();
-            return TWELL_ERR_ARG;
-        }
-        return TWELL_OK;
-    }
-    int dev = 0, max_persist = 0, max_window = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev));
-    cudaCheck(cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, dev));
-    if (max_persist <= 0 || max_window <= 0) {
-        fprintf(stderr, "warning: twell: this device has no persisting L2 (max %d B, window %d B): window off\n",
-                max_persist, max_window);
-        return TWELL_ERR_ARG;
-    }
-    size_t prev = 0;
-    cudaError_t e = cudaDeviceGetLimit(&prev, cudaLimitPersistingL2CacheSize);
-    if (e == cudaSuccess) e = cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, (size_t)max_persist);
-    if (e != cudaSuccess) {
-        fprintf(stderr, "warning: twell: cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, %d) failed: %s: window off\n",
-                max_persist, cudaGetErrorString(e));
-        (void)cudaGetLastError();
-        return TWELL_ERR_ARG;
-    }
-    size_t got = 0;
-    cudaCheck(cudaDeviceGetLimit(&got, cudaLimitPersistingL2CacheSize));
-    ws->l2_prev_limit = prev;
-    ws->l2_limit = got;
-    ws->l2_max_window = max_window;
-    ws->l2_persist = 1;
-    return TWELL_OK;
-}
-
 static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
     if (ws->dense_nnz_pending) cudaCheck(cudaEventSynchronize(ws->dense_nnz_ready));
-    if (ws->l2_persist) {
-        cudaCheck(cudaDeviceSynchronize());
-        twell_ffn_set_l2_persist(ws, 0);
-    }
     cudaCheck(cudaFree(ws->tw)); cudaCheck(cudaFree(ws->ovf_flag)); cudaCheck(cudaFree(ws->ovf_list));
     cudaCheck(cudaFree(ws->counters)); cudaCheck(cudaFreeHost(ws->counters_host));
     cudaCheck(cudaFree(ws->dense_nnz)); cudaCheck(cudaFreeHost(ws->dense_nnz_host));
     cudaCheck(cudaEventDestroy(ws->dense_nnz_ready));
-    twell_sliced_free(&ws->sl);
     for (int b = 0; b < 2; b++) {
         cudaCheck(cudaFree(ws->split_pairs[b]));
         cudaCheck(cudaFree(ws->split_cnt[b]));
         cudaCheck(cudaFree(ws->split_order[b]));
-        twell_bu_free(&ws->split_bu[0][b]);
-        twell_bu_free(&ws->split_bu[1][b]);
         cudaCheck(cudaEventDestroy(ws->ev_split[b]));
     }
     for (int b = 0; b < 2; b++) {
@@ -508,124 +346,44 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
     memset(ws, 0, sizeof(*ws));
 }
 
-// The sparse up/down of the FFN on ws->tw (interleaved weights and the L2 window as configured).
-// Wu may be NULL when !gated. The L2 window is a launch attribute of the up/down kernel only;
-// persisting lines are reset by twell_ffn_forward after its sync (cudaCtxResetPersistingL2Cache).
-// The up/down variant a call runs: AUTO = the fastest measured: TWELL_UPDOWN_DEFAULT_GATED (split: two
-// token-major kernels) for gated layers whose D it takes, else TWELL_UPDOWN_DEFAULT (the fused token-major
-// kernel). The sliced one is selectable: slower at the paper's shapes on uniform patterns, see twell/NOTES.md.
-static inline int twell_ffn_updown_resolve(const TwellFFNWorkspace *ws) {
-    if (ws->updown_variant == TWELL_UPDOWN_AUTO)
-        return ws->gated && twell_split_supports(ws->D) ? TWELL_UPDOWN_DEFAULT_GATED : TWELL_UPDOWN_DEFAULT;
-    return ws->updown_variant;
-}
-
-// 1 if variant v can run on this workspace (the test and benchmark loops use it).
-static inline int twell_ffn_updown_supports(const TwellFFNWorkspace *ws, int v) {
-    if (v == TWELL_UPDOWN_SLICED) return ws->sl_ok;
-    if (twell_updown_is_split(v)) return ws->gated && twell_split_supports(ws->D);
-    return twell_updown_variant_supports(v, ws->D);
-}
-
+// The sparse up/down of the FFN on ws->tw: gated layers the split kernels, per chunk of split_rows rows on two
+// streams; non-gated layers the fused kernel (Wu unused: the gate kernel ran on it). Sets ws->last_updown.
 static inline int twell_ffn_updown(TwellFFNWorkspace *ws, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
                                    int M, cudaStream_t stream) {
     const int D = ws->D, F = ws->F;
-    const int variant = twell_ffn_updown_resolve(ws);
-    ws->last_updown = variant;
-    if (variant == TWELL_UPDOWN_SLICED) {
-        if (!ws->sl_ok) {
-            fprintf(stderr, "error: twell: the sliced up/down does not take this shape (D=%d F=%d): see "
-                            "twell_sliced_supports\n", D, F);
-            return TWELL_ERR_SHAPE;
-        }
-        if (!ws->sl.rec_up) {  // first sliced call: allocate (synchronizes the device once)
-            int e = twell_sliced_create(&ws->sl, ws->max_M, D, F, ws->C, ws->gated, ws->sl_slots_per_token);
-            if (e) return e;
-        }
-        return twell_sliced_updown(&ws->sl, ws->tw, ws->ovf_flag, ws->ovf_list, &ws->counters->n_ovf,
-                                   &ws->counters->sl_rows, X, ws->gated ? Wu : NULL, WdT, Y, M, stream);
+    if (!ws->gated) {
+        ws->last_updown = TWELL_UPDOWN_FUSED;
+        return twell_updown_launch(ws->tw, WdT, Y, M, D, F, ws->C, &ws->counters->nnz_sparse, stream);
     }
-    const bf16 *wu = Wu, *wd = WdT;
-    int ldw = D;
-    if (ws->Wi) { wu = ws->Wi; wd = ws->Wi + D; ldw = 2 * D; }
-    if (twell_updown_is_split(variant)) {
-        if (!twell_ffn_updown_supports(ws, variant)) {  // (its buffers exist exactly when this holds)
-            fprintf(stderr, "error: twell: the split up/down takes gated FFNs with D <= 8192 (gated=%d D=%d)\n",
-                    ws->gated, D);
-            return TWELL_ERR_SHAPE;
-        }
-        if (ws->split_units < 0 || ws->split_units >= TWELL_SPLIT_UNITS_NUM) {
-            fprintf(stderr, "error: twell: unknown split_units %d (expected 0..%d)\n", ws->split_units,
-                    TWELL_SPLIT_UNITS_NUM - 1);
-            return TWELL_ERR_ARG;
-        }
-        const int up = twell_ffn_split_up_resolve(ws);
-        if (up < 0) return up;  // TWELL_ERR_ARG / TWELL_ERR_SHAPE (message printed)
-        TwellBlockedUpBuf *bu = NULL;
-        if (up != TWELL_SPLIT_UP_TOKEN) {
-            const int T = twell_split_up_tokens(up);
-            for (int b = 0; b < 2; b++) {  // allocated on first use; again if the capacity changed (frees synchronize)
-                TwellBlockedUpBuf *x = &ws->split_bu[T == 512][b];
-                if (x->ent && (x->T != T || x->cap != T * ws->split_bu_capr || x->rows != ws->split_rows))
-                    twell_bu_free(x);
-                if (!x->ent) twell_bu_alloc(x, ws->split_rows, D, F, T, ws->split_bu_capr);
-            }
-            bu = ws->split_bu[T == 512];
-        }
-        ws->last_split_up = up;
-        const int words = TWELL_TILE / ws->C;
-        const int nchunks = CEIL_DIV(M, ws->split_rows);
-        const int heavy_first = ws->split_order_mode == TWELL_SPLIT_ORDER_HEAVY_FIRST ||
-                                (ws->split_order_mode == TWELL_SPLIT_ORDER_AUTO && ws->split_last_heavy != 0);
-        if (nchunks > 1) {  // fork: pack_stream's chunks start after everything before on `stream` (the gate)
-            cudaCheck(cudaEventRecord(ws->ev_split[0], stream));
-            cudaCheck(cudaStreamWaitEvent(ws->pack_stream, ws->ev_split[0], 0));
-        }
-        for (int c = 0; c < nchunks; c++) {
-            const int r0 = c * ws->split_rows, rows = M - r0 < ws->split_rows ? M - r0 : ws->split_rows;
-            const uint32_t *tw = ws->tw + (size_t)r0 * (F / TWELL_TILE) * words;
-            twell_split_launch_units(ws->split_units, tw, X + (size_t)r0 * D, wu, wd, ldw, Y + (size_t)r0 * D,
-                                     ws->split_pairs[c & 1], ws->split_cnt[c & 1],
-                                     heavy_first ? ws->split_order[c & 1] : NULL, &ws->counters->n_heavy,
-                                     &ws->counters->nnz_sparse, rows, D, F, ws->C, (c & 1) ? ws->pack_stream : stream,
-                                     bu ? &bu[c & 1] : NULL, &ws->counters->bu_rows);
-        }
-        if (nchunks > 1) {  // join
-            cudaCheck(cudaEventRecord(ws->ev_split[1], ws->pack_stream));
-            cudaCheck(cudaStreamWaitEvent(stream, ws->ev_split[1], 0));
-        }
-        return TWELL_OK;
+    ws->last_updown = TWELL_UPDOWN_SPLIT;
+    if (!twell_split_supports(D)) {
+        fprintf(stderr, "error: twell: the split up/down takes D <= 8192, D %% 8 == 0 (D=%d)\n", D);
+        return TWELL_ERR_SHAPE;
     }
-    if (!ws->gated && !ws->Wi) wu = WdT;  // unused by the non-gated kernel
-    cudaAccessPolicyWindow win;
-    memset(&win, 0, sizeof win);
-    if (ws->l2_persist) {
-        // One window: the interleaved buffer, or the span of Wu and WdT if it is small enough, else the
-        // matrix read first (Wu; WdT when non-gated).
-        const size_t wbytes = sizeof(bf16) * (size_t)F * D;
-        uintptr_t lo, hi;
-        if (ws->Wi) { lo = (uintptr_t)ws->Wi; hi = lo + 2 * wbytes; }
-        else if (!ws->gated) { lo = (uintptr_t)WdT; hi = lo + wbytes; }
-        else {
-            uintptr_t a = (uintptr_t)Wu, b = (uintptr_t)WdT;
-            lo = a < b ? a : b;
-            hi = (a + wbytes > b + wbytes) ? a + wbytes : b + wbytes;
-            if (hi - lo > (uintptr_t)ws->l2_max_window || hi - lo > 3 * wbytes) { lo = a; hi = a + wbytes; }
-        }
-        size_t bytes = hi - lo;
-        if (bytes > (size_t)ws->l2_max_window) bytes = (size_t)ws->l2_max_window;
-        win.base_ptr = (void *)lo;
-        win.num_bytes = bytes;
-        double ratio = (double)ws->l2_limit / (double)bytes;
-        win.hitRatio = (float)(ratio < 1.0 ? ratio : 1.0);
-        win.hitProp = cudaAccessPropertyPersisting;
-        win.missProp = cudaAccessPropertyStreaming;
+    if (ws->split_order_mode < TWELL_SPLIT_ORDER_AUTO || ws->split_order_mode > TWELL_SPLIT_ORDER_INDEX) {
+        fprintf(stderr, "error: twell: unknown split_order_mode %d (expected 0..2)\n", ws->split_order_mode);
+        return TWELL_ERR_ARG;
     }
-    int win_failed = 0;
-    int e = twell_updown_launch(variant, ws->gated, ws->tw, X, wu, wd, ldw, Y, M, D, F, ws->C, stream,
-                                ws->l2_persist ? &win : NULL, &win_failed, &ws->counters->nnz_sparse);
-    if (win_failed) twell_ffn_set_l2_persist(ws, 0);
-    return e;
+    const int words = TWELL_TILE / ws->C;
+    const int nchunks = CEIL_DIV(M, ws->split_rows);
+    const int heavy_first = ws->split_order_mode == TWELL_SPLIT_ORDER_HEAVY_FIRST ||
+                            (ws->split_order_mode == TWELL_SPLIT_ORDER_AUTO && ws->split_last_heavy != 0);
+    if (nchunks > 1) {  // fork: pack_stream's chunks start after everything before on `stream` (the gate)
+        cudaCheck(cudaEventRecord(ws->ev_split[0], stream));
+        cudaCheck(cudaStreamWaitEvent(ws->pack_stream, ws->ev_split[0], 0));
+    }
+    for (int c = 0; c < nchunks; c++) {
+        const int r0 = c * ws->split_rows, rows = M - r0 < ws->split_rows ? M - r0 : ws->split_rows;
+        const uint32_t *tw = ws->tw + (size_t)r0 * (F / TWELL_TILE) * words;
+        twell_split_launch(tw, X + (size_t)r0 * D, Wu, WdT, Y + (size_t)r0 * D, ws->split_pairs[c & 1],
+                           ws->split_cnt[c & 1], heavy_first ? ws->split_order[c & 1] : NULL, &ws->counters->n_heavy,
+                           &ws->counters->nnz_sparse, rows, D, F, ws->C, (c & 1) ? ws->pack_stream : stream);
+    }
+    if (nchunks > 1) {  // join
+        cudaCheck(cudaEventRecord(ws->ev_split[1], ws->pack_stream));
+        cudaCheck(cudaStreamWaitEvent(stream, ws->ev_split[1], 0));
+    }
+    return TWELL_OK;
 }
 
 // Gate only: X -> ws->tw, ovf list, counters (device). Used by the FFN and by tests.
@@ -644,8 +402,8 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
     cudaCheck(cudaMemsetAsync(ws->counters, 0, sizeof(TwellCounters), stream));
     int variant = ws->gate_variant;
 #if TWELL_GATE_DEFAULT_WGMMA
-    // A wgmma default on a GPU without sm_90a features: the cuBLASLt gate instead (warned once). An explicitly
-    // chosen non-default wgmma variant still fails with its error.
+    // The wgmma default on a GPU without sm_90a features: the cuBLASLt gate instead (warned once). An explicitly
+    // chosen wgmma gate still fails with its error there.
     if (variant == TWELL_GATE_DEFAULT) {
         static int warned = 0;
         int dev = 0, major = 0;
@@ -653,70 +411,27 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
         cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         if (major != 9) {
             if (!warned) fprintf(stderr, "warning: twell: default gate %s needs a Hopper GPU (sm_%d.x here): using %s\n",
-                                 twell_gate_variant_name(variant), major,
-                                 twell_gate_variant_name(TWELL_GATE_CUBLAS_MASK));
+                                 twell_gate_variant_name(variant), major, twell_gate_variant_name(TWELL_GATE_CUBLAS));
             warned = 1;
-            variant = TWELL_GATE_CUBLAS_MASK;
+            variant = TWELL_GATE_CUBLAS;
         }
     }
 #endif
-    if (variant == TWELL_GATE_CUBLAS_PACK || variant == TWELL_GATE_CUBLAS_PACK_OVERLAP || variant == TWELL_GATE_CUBLAS_MASK)
-        twell_ffn_gate_scratch_ensure(ws);
     switch (variant) {
-    case TWELL_GATE_CUBLAS_PACK:
-        twell_gate_cublas_pack(mm, X, W, M, ws->D, ws->F, ws->C, ws->gate_scratch[0], ws->gate_chunk_rows, ws->tw,
-                               ws->ovf_flag, ws->ovf_list, ws->counters, stream);
-        return TWELL_OK;
-    case TWELL_GATE_CUBLAS_PACK_OVERLAP:
-    case TWELL_GATE_CUBLAS_MASK:
-        twell_gate_cublas_pack_overlap(mm, X, W, M, ws->D, ws->F, ws->C, ws->gate_scratch,
-                                       variant == TWELL_GATE_CUBLAS_MASK ? ws->gate_mask : NULL, &ws->gate_mask_failed,
-                                       ws->gate_chunk_rows, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters, stream,
-                                       ws->pack_stream, ws->ev_gemm, ws->ev_pack);
+    case TWELL_GATE_CUBLAS:
+        twell_ffn_gate_scratch_ensure(ws);
+        twell_gate_cublas(mm, X, W, M, ws->D, ws->F, ws->C, ws->gate_scratch, ws->gate_mask, &ws->gate_mask_failed,
+                          ws->gate_chunk_rows, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters, stream,
+                          ws->pack_stream, ws->ev_gemm, ws->ev_pack);
         return TWELL_OK;
     case TWELL_GATE_WGMMA:
-    case TWELL_GATE_WGMMA_FE:
-    case TWELL_GATE_WGMMA_FO:
         return twell_gate_wgmma_launch(X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters,
-                                       stream, ws->gate_max_ctas,
-                                       variant == TWELL_GATE_WGMMA_FO ? 2 : variant == TWELL_GATE_WGMMA_FE ? 1 : 0);
-    case TWELL_GATE_WGMMA_C2:
-    case TWELL_GATE_WGMMA_PK:
-    case TWELL_GATE_WGMMA_C2PK:
-        return twell_gate_wgmma2_launch(variant, X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list,
-                                        ws->counters, stream, ws->gate_max_ctas);
+                                       stream, ws->gate_max_ctas);
     default:
         fprintf(stderr, "error: twell: unknown gate variant %d (expected 0..%d)\n", ws->gate_variant,
                 TWELL_GATE_NUM_VARIANTS - 1);
         return TWELL_ERR_ARG;
     }
-}
-
-// Opt-in: times cuBLASLt's candidate algorithms for this workspace's gate GEMM (the chunk shapes of M rows; with
-// the bit-mask epilogue for TWELL_GATE_CUBLAS_MASK) on X and W1 (the gate weight, or the up weight when non-gated)
-// and keeps the fastest for the later calls (matmul_tune: reproducible within one process only, so it is not
-// done by default). Overwrites the gate scratch. *first_ms / *best_ms (may be NULL): the heuristic's first choice
-// and the fastest, for the full-size chunk. Returns TWELL_OK, or an error for a bad M. Only the cuBLASLt gates
-// (ws->gate_variant 0, 1, 6, and the default off Hopper) use what it picks; the wgmma gates have no choice to tune.
-static inline int twell_ffn_tune_gate(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *W1, int M,
-                                      int reps, float *first_ms, float *best_ms) {
-    if (M < 1 || M > ws->max_M) {
-        fprintf(stderr, "error: twell_ffn_tune_gate: M=%d must be in [1, max_M=%d]\n", M, ws->max_M);
-        return TWELL_ERR_WORKSPACE;
-    }
-    twell_ffn_gate_scratch_ensure(ws);
-    const int mask = ws->gate_variant == TWELL_GATE_CUBLAS_MASK && !ws->gate_mask_failed;
-    const int c = ws->gate_chunk_rows < M ? ws->gate_chunk_rows : M, rest = M % c;
-    for (int k = 0; k < (rest ? 2 : 1); k++) {
-        float f = 0.0f, b = 0.0f;
-        matmul_tune(mm, ws->gate_scratch[0], X, W1, k ? rest : c, ws->F, ws->D, mask ? MATMUL_EPI_RELU_MASK : MATMUL_EPI_NONE,
-                    mask ? ws->gate_mask[0] : NULL, reps, 0, &f, &b);
-        if (k == 0) {
-            if (first_ms) *first_ms = f;
-            if (best_ms) *best_ms = b;
-        }
-    }
-    return TWELL_OK;
 }
 
 // Predicted sparse / dense time ratio of the model (see TWELL_DISPATCH_*).
@@ -820,10 +535,10 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         r.decode = 1;
         r.n_overflow = 0;
         r.updown = -1;
-        r.split_up = -1;
     } else if (path == TWELL_PATH_DENSE) {
         twell_dense_ffn(mm, &ws->dense, ws->gated, X, Wg, Wu, WdT, Y, NULL, M, ws->D, ws->F, async_nnz, stream);
         r.path = TWELL_PATH_DENSE;
+        r.updown = -1;
     } else {
         int e = twell_gate_forward(mm, ws, X, W1, M, stream);
         if (e) return e;
@@ -832,28 +547,13 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         cudaCheck(cudaMemcpyAsync(ws->counters_host, ws->counters, sizeof(TwellCounters), cudaMemcpyDeviceToHost,
                                   stream));
         cudaCheck(cudaStreamSynchronize(stream));
-        if (ws->l2_persist) {  // the up/down is done: give the persisting lines back to everyone else
-            cudaError_t ce = cudaCtxResetPersistingL2Cache();
-            if (ce != cudaSuccess) {
-                fprintf(stderr, "warning: twell: cudaCtxResetPersistingL2Cache failed: %s: window off\n",
-                        cudaGetErrorString(ce));
-                (void)cudaGetLastError();
-                twell_ffn_set_l2_persist(ws, 0);
-            }
-        }
         const int n_ovf = ws->counters_host->n_ovf;
         if (n_ovf < 0 || n_ovf > M) SLLM_FATAL("twell: device overflow count %d out of range [0, %d]", n_ovf, M);
         r.updown = ws->last_updown;
-        r.sliced_rows = ws->counters_host->sl_rows;
-        r.split_up = twell_updown_is_split(r.updown) ? ws->last_split_up : -1;
-        r.bu_rows = ws->counters_host->bu_rows;
-        if (twell_updown_is_split(r.updown)) ws->split_last_heavy = ws->counters_host->n_heavy;
-        // The share of the active units in rows the up/down computed (the rest: overflow rows, dense fallback);
-        // the sliced up/down does not count them (share 1, as before).
+        if (r.updown == TWELL_UPDOWN_SPLIT) ws->split_last_heavy = ws->counters_host->n_heavy;
+        // The share of the active units in rows the up/down computed (the rest: overflow rows, dense fallback).
         const unsigned long long nnz_all = ws->counters_host->nnz;
-        ws->last_sparse_share = (r.updown != TWELL_UPDOWN_SLICED && nnz_all > 0)
-                                    ? (double)ws->counters_host->nnz_sparse / (double)nnz_all : 1.0;
-        ws->sl_rows_total += r.sliced_rows;
+        ws->last_sparse_share = nnz_all > 0 ? (double)ws->counters_host->nnz_sparse / (double)nnz_all : 1.0;
         if (n_ovf > 0)
             twell_dense_ffn(mm, &ws->dense, ws->gated, X, Wg, Wu, WdT, Y, ws->ovf_list, n_ovf, ws->D, ws->F, NULL,
                             stream);
@@ -924,7 +624,6 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
         std::sort(v, v + reps);
         t[which] = v[reps / 2];
     }
-    if (ws->l2_persist) (void)cudaCtxResetPersistingL2Cache();
     cudaCheck(cudaEventDestroy(e0));
     cudaCheck(cudaEventDestroy(e1));
     ws->decode_rows = decode_rows;

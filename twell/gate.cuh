@@ -6,29 +6,16 @@
 //   tile counts = number of active gates). Nothing is lost on overflow: the row is listed and a dense
 //   fallback recomputes it (twell/ffn.cuh).
 //
-// Variant TWELL_GATE_CUBLAS_PACK (the simplest): rows are processed in chunks of
-// chunk_rows; per chunk a cuBLASLt GEMM writes bf16 [chunk, F] into a scratch buffer (small enough to
-// stay in L2: 2048 x 5632 x 2 B = 23 MB), then twell_pack_kernel packs it. cuBLASLt rounds the fp32
-// accumulator to bf16 round-to-nearest, which is exactly the value the format stores.
-//
-// Variant TWELL_GATE_WGMMA_FO (twell/gate_wgmma.cuh, the DEFAULT on Hopper since run 111: 1.7-3.9% faster than
-// WGMMA_FE at M 16384-131072): one persistent Hopper kernel, TMA + wgmma GEMM whose epilogue writes the TwELL
-// directly (no scratch, no chunks), with a short epilogue (twg_fe_stash / twg_fe_emit) run under the next tile's
-// k steps 1 and 2. TWELL_GATE_WGMMA_FE (the default from run 96 to 111): the same epilogue at the tile's end;
-// TWELL_GATE_WGMMA: round 1's longer epilogue (twg_pack_row, slower). Variants
-// TWELL_GATE_WGMMA_C2 / _PK / _C2PK (twell/gate_wgmma2.cuh): the same with 2-CTA clusters + Wg multicast,
-// and/or the pack moved to packer warps working on a staged tile while the consumers run the next tile.
-//
-// Variant TWELL_GATE_CUBLAS_PACK_OVERLAP: the same GEMMs and pack kernel, but the pack of chunk i runs on
-// a side stream while the GEMM of chunk i+1 runs (two scratch buffers); the packs fill the GEMM's tail
-// wave and launch gaps. Same output bit for bit (the pack is per row and tile).
-//
-// Variant TWELL_GATE_CUBLAS_MASK (the default before run 96, and still on GPUs other than Hopper): as the
-// overlapped one, but each
-// chunk's GEMM uses cuBLASLt's RELU_AUX epilogue, which also writes a 1-bit-per-element mask of the
-// positive products; twell_pack_mask_kernel then reads F/8 bytes of mask per row and only the ~nnz flagged
-// values instead of the whole 2F-byte row (the full pack re-reads the GEMM's entire output: ~0.5 ms at
-// M 65536). Same TwELL bit for bit.
+// Two implementations, the same TwELL bit for bit (test/gpu/test_twell.cu checks both against the CPU packer):
+//   TWELL_GATE_WGMMA (twell/gate_wgmma.cuh, the default on Hopper): one persistent TMA + wgmma kernel whose epilogue
+//     writes the TwELL directly (no dense gate matrix in memory).
+//   TWELL_GATE_CUBLAS (this file; the default on any other GPU): per chunk of chunk_rows rows, a cuBLASLt GEMM with
+//     the RELU_AUX epilogue writes the bf16 gate [chunk, F] into a scratch buffer plus a 1-bit mask of the positive
+//     products, then twell_pack_mask_kernel reads F/8 bytes of mask per row and only the ~nnz flagged values. The
+//     pack of chunk i runs on a side stream while the GEMM of chunk i+1 runs (two scratch buffers). cuBLASLt rounds
+//     the fp32 accumulator to bf16 round-to-nearest, which is exactly the value the format stores. If cuBLASLt has
+//     no algorithm for the mask epilogue, the plain GEMM runs and twell_pack_kernel scans the whole row (warned once
+//     per workspace).
 //
 // twell_pack_kernel: one warp per (row, tile); lane l holds columns 8l..8l+7 of the tile (one 16-byte
 // load), positive mask -> popc -> warp inclusive scan (shfl_up) gives each lane its first slot, so the
@@ -45,63 +32,34 @@
 typedef struct {
     unsigned long long nnz;  // sum over rows and tiles of the true count
     int n_ovf;               // number of overflow rows (entries valid in ovf_list)
-    int sl_rows;             // of those: rows whose block did not fit the sliced up/down's slot area
     int n_heavy;             // split up/down: non-overflow rows with >= TWELL_SPLIT_HEAVY active units
-    int bu_rows;             // split up/down, blocked up: rows of blocks over its capacity (run by the token-major up)
-    unsigned long long nnz_sparse;  // token-major up/downs (fused, split): active units of the NON-overflow rows
+    unsigned long long nnz_sparse;  // up/down kernels: active units of the NON-overflow rows
 } TwellCounters;
 
 enum {
-    TWELL_GATE_CUBLAS_PACK = 0,          // GEMM chunk, pack chunk, GEMM chunk, ... on the caller's stream
-    TWELL_GATE_CUBLAS_PACK_OVERLAP = 1,  // pack of chunk i (side stream) overlaps the GEMM of chunk i+1
-    TWELL_GATE_WGMMA = 2,                // Hopper wgmma + TMA GEMM with the pack in its epilogue (twell/gate_wgmma.cuh)
-    // twell/gate_wgmma2.cuh (same bits as TWELL_GATE_WGMMA):
-    TWELL_GATE_WGMMA_C2 = 3,    // + 2-CTA clusters, the Wg tile TMA-multicast to both CTAs
-    TWELL_GATE_WGMMA_PK = 4,    // + packer warps on a staged bf16 tile (epilogue overlapped with the next mainloop)
-    TWELL_GATE_WGMMA_C2PK = 5,  // both
-    TWELL_GATE_CUBLAS_MASK = 6,  // (default off Hopper) as CUBLAS_PACK_OVERLAP, but the GEMM also writes cuBLASLt's ReLU bit-mask and
-                                 // the pack reads the mask + the active values only (twell_pack_mask_kernel)
-    TWELL_GATE_WGMMA_FE = 7,     // as TWELL_GATE_WGMMA with the fast epilogue (twg_fe_pack_row)
-    TWELL_GATE_WGMMA_FO = 8,     // (default) as WGMMA_FE, its epilogue run under the next tile's k steps 1 and 2
-    TWELL_GATE_NUM_VARIANTS = 9,
+    TWELL_GATE_WGMMA = 0,   // Hopper TMA + wgmma GEMM with the pack in its epilogue (twell/gate_wgmma.cuh)
+    TWELL_GATE_CUBLAS = 1,  // cuBLASLt GEMM with the ReLU bit-mask epilogue + twell_pack_mask_kernel, chunked
+    TWELL_GATE_NUM_VARIANTS = 2,
 };
-// The default gate: the wgmma gate TWELL_GATE_WGMMA_BEST, since run 96 measured TWELL_GATE_WGMMA_FE faster than
-// the cuBLASLt mask path at every M (256..131072, bench_ffn's "gates" lines, H200) with the same bits
-// (test_twell), and runs 111 and 113 WGMMA_FO 1.7-3.9% faster than WGMMA_FE at M 16384-131072 (equal within
-// 0.001 ms at M 256-2048). Build with -DTWELL_GATE_DEFAULT_WGMMA=0 for the cuBLASLt mask path. A wgmma default falls
-// back to the cuBLASLt mask path on a GPU without sm_90a (twell_gate_forward, one warning).
+// The default gate: the wgmma kernel (on the H200 at M 65536, D 2048, F 5632: 2.0 ms against 2.1-2.3 for the
+// cuBLASLt path, the same bits). It falls back to TWELL_GATE_CUBLAS on a GPU without sm_90a (twell_gate_forward,
+// one warning). Build with -DTWELL_GATE_DEFAULT_WGMMA=0 to make the cuBLASLt path the default everywhere.
 #ifndef TWELL_GATE_DEFAULT_WGMMA
 #define TWELL_GATE_DEFAULT_WGMMA 1
 #endif
-#ifndef TWELL_GATE_WGMMA_BEST
-#define TWELL_GATE_WGMMA_BEST TWELL_GATE_WGMMA_FO  // the fastest measured (runs 111, 113)
-#endif
 #if TWELL_GATE_DEFAULT_WGMMA
-#define TWELL_GATE_DEFAULT TWELL_GATE_WGMMA_BEST
+#define TWELL_GATE_DEFAULT TWELL_GATE_WGMMA
 #else
-#define TWELL_GATE_DEFAULT TWELL_GATE_CUBLAS_MASK
+#define TWELL_GATE_DEFAULT TWELL_GATE_CUBLAS
 #endif
-// Rows per gate chunk (GEMM + pack) of a new workspace. Measured (H200, M 65536, F 5632): the mask gate is
-// fastest at 16384-32768 (2.37-2.47 ms), 8192 costs ~0.03-0.1 ms more; the full-pack overlap is slowest at
-// every size (2.63-2.80 ms).
+// Rows per chunk (GEMM + pack) of the cuBLASLt gate. Measured (H200, M 65536, F 5632): fastest at 16384-32768
+// rows (2.37-2.47 ms); 8192 costs ~0.03-0.1 ms more.
 #define TWELL_GATE_DEFAULT_CHUNK 16384
-
-// 1 for the Hopper-only variants (one persistent kernel, no chunks, no scratch).
-static inline int twell_gate_is_wgmma(int v) {
-    return (v >= TWELL_GATE_WGMMA && v <= TWELL_GATE_WGMMA_C2PK) || v == TWELL_GATE_WGMMA_FE || v == TWELL_GATE_WGMMA_FO;
-}
 
 static inline const char *twell_gate_variant_name(int v) {
     switch (v) {
-    case TWELL_GATE_CUBLAS_PACK: return "cublas_pack";
-    case TWELL_GATE_CUBLAS_PACK_OVERLAP: return "cublas_pack_overlap";
     case TWELL_GATE_WGMMA: return "wgmma";
-    case TWELL_GATE_WGMMA_C2: return "wgmma_c2";
-    case TWELL_GATE_WGMMA_PK: return "wgmma_pk";
-    case TWELL_GATE_WGMMA_C2PK: return "wgmma_c2pk";
-    case TWELL_GATE_CUBLAS_MASK: return "cublas_mask";
-    case TWELL_GATE_WGMMA_FE: return "wgmma_fe";
-    case TWELL_GATE_WGMMA_FO: return "wgmma_fo";
+    case TWELL_GATE_CUBLAS: return "cublas_mask";
     default: return "?";
     }
 }
@@ -139,7 +97,7 @@ __device__ __forceinline__ void twell_block_add_nnz(unsigned long long warp_nnz,
 }
 
 // dense: [rows, F] bf16 (row stride F) = rows row0..row0+rows-1 of the gate. Writes those rows of tw.
-__global__ void __launch_bounds__(TWELL_PACK_THREADS)
+static __global__ void __launch_bounds__(TWELL_PACK_THREADS)
 twell_pack_kernel(const bf16 *__restrict__ dense, int rows, int row0, int F, int words, uint32_t *__restrict__ tw,
                   int *__restrict__ ovf_flag, int *__restrict__ ovf_list, TwellCounters *__restrict__ counters) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -202,10 +160,10 @@ static inline void twell_pack_launch(const bf16 *dense, int rows, int row0, int 
 // (F/8 bytes per row) and only the flagged values, instead of the whole bf16 row. A flagged value must also be
 // > 0 after rounding to bf16 to be stored (the TwELL rule), so a mask bit on a value that rounds to +0 changes
 // nothing; a positive value without a mask bit would be lost -- test_twell checks that cuBLASLt's mask agrees
-// with the values bit for bit (TWELL_GATE_CUBLAS_MASK against the CPU packer).
+// with the values bit for bit (TWELL_GATE_CUBLAS against the CPU packer).
 // One warp per (row, 4 tiles): lane l reads mask word l % 8 of tile 4q + l / 8 (32 columns), the 8 lanes of a
 // tile form their slots by a segmented scan (column order, no atomics: deterministic), as twell_pack_kernel.
-__global__ void __launch_bounds__(TWELL_PACK_THREADS)
+static __global__ void __launch_bounds__(TWELL_PACK_THREADS)
 twell_pack_mask_kernel(const bf16 *__restrict__ dense, const uint32_t *__restrict__ mask, int rows, int row0, int F,
                        int words, uint32_t *__restrict__ tw, int *__restrict__ ovf_flag, int *__restrict__ ovf_list,
                        TwellCounters *__restrict__ counters) {
@@ -262,14 +220,14 @@ static inline void twell_pack_mask_launch(const bf16 *dense, const uint32_t *mas
     cudaCheckLaunch();
 }
 
-// One chunk of the cuBLASLt gate: the GEMM (with the bit-mask epilogue when mask != NULL and cuBLASLt has an
-// algorithm for it; else the plain GEMM, *mask_failed set) into scratch, then the matching pack.
+// One chunk of the cuBLASLt gate: the GEMM (with the bit-mask epilogue when cuBLASLt has an algorithm for it; else
+// the plain GEMM, *mask_failed set) into scratch, then the matching pack on pack_stream after gemm_done.
 static inline void twell_gate_chunk(MatmulContext *mm, const bf16 *X, const bf16 *W, int rows, int r0, int D, int F,
                                     int C, bf16 *scratch, uint32_t *mask, int *mask_failed, uint32_t *tw,
                                     int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t gemm_stream,
                                     cudaStream_t pack_stream, cudaEvent_t gemm_done) {
     const bf16 *x = X + (size_t)r0 * D;
-    int use_mask = mask && !*mask_failed;
+    int use_mask = !*mask_failed;
     if (use_mask && matmul_relu_mask(mm, scratch, mask, x, W, rows, F, D, gemm_stream) != 0) {
         *mask_failed = 1;
         use_mask = 0;
@@ -277,49 +235,33 @@ static inline void twell_gate_chunk(MatmulContext *mm, const bf16 *X, const bf16
                         "the gate falls back to the plain GEMM + full pack\n", rows, F, D);
     }
     if (!use_mask) matmul(mm, scratch, 0, x, 0, W, 1, rows, F, D, 1.0f, 0.0f, gemm_stream);
-    if (gemm_done) {
-        cudaCheck(cudaEventRecord(gemm_done, gemm_stream));
-        cudaCheck(cudaStreamWaitEvent(pack_stream, gemm_done, 0));
-    }
+    cudaCheck(cudaEventRecord(gemm_done, gemm_stream));
+    cudaCheck(cudaStreamWaitEvent(pack_stream, gemm_done, 0));
     if (use_mask) twell_pack_mask_launch(scratch, mask, rows, r0, F, C, tw, ovf_flag, ovf_list, counters, pack_stream);
     else twell_pack_launch(scratch, rows, r0, F, C, tw, ovf_flag, ovf_list, counters, pack_stream);
 }
 
-// Robust gate: cuBLASLt GEMM in chunks into scratch [chunk_rows, F] bf16, then pack. The caller has
-// zeroed ovf_flag[0..M) and *counters on this stream.
-static inline void twell_gate_cublas_pack(MatmulContext *mm, const bf16 *X, const bf16 *W, int M, int D, int F, int C,
-                                          bf16 *scratch, int chunk_rows, uint32_t *tw, int *ovf_flag, int *ovf_list,
-                                          TwellCounters *counters, cudaStream_t stream) {
-    int no_mask = 1;
-    for (int r0 = 0; r0 < M; r0 += chunk_rows) {
-        int rows = M - r0 < chunk_rows ? M - r0 : chunk_rows;
-        twell_gate_chunk(mm, X, W, rows, r0, D, F, C, scratch, NULL, &no_mask, tw, ovf_flag, ovf_list, counters, stream,
-                         stream, NULL);
-    }
-}
-
-// Overlapped gate: GEMMs stay on `stream` (they share the cuBLASLt workspace of mm, so they must stay
+// The cuBLASLt gate: GEMMs stay on `stream` (they share the cuBLASLt workspace of mm, so they must stay
 // serialized); chunk i is packed on pack_stream (created cudaStreamNonBlocking, so it does not sync
 // with the legacy default stream) while the GEMM of chunk i+1 runs. Two scratch buffers
 // (scratch[0], scratch[1], each [chunk_rows, F]) alternate; ev_gemm[b] = "GEMM into buffer b done",
 // ev_pack[b] = "pack of buffer b done" (the GEMM that next overwrites b waits for it). At the end
-// `stream` waits for every pack, so the result is ordered on `stream` like the serial variant. The
+// `stream` waits for every pack, so the result is ordered on `stream`. The
 // pack writes only disjoint rows of tw; ovf_flag/ovf_list/counters use atomics, so packs of two
 // chunks may even run concurrently. Capturable in a CUDA graph (event fork/join).
-// mask (NULL: plain GEMM + full pack): two bit-mask buffers [chunk_rows, F/32] for TWELL_GATE_CUBLAS_MASK;
-// *mask_failed is set (and the plain path used) if cuBLASLt offers no algorithm for the mask epilogue.
-static inline void twell_gate_cublas_pack_overlap(MatmulContext *mm, const bf16 *X, const bf16 *W, int M, int D, int F,
-                                                  int C, bf16 *const scratch[2], uint32_t *const mask[2],
-                                                  int *mask_failed, int chunk_rows, uint32_t *tw, int *ovf_flag,
-                                                  int *ovf_list, TwellCounters *counters, cudaStream_t stream,
-                                                  cudaStream_t pack_stream, cudaEvent_t ev_gemm[2],
-                                                  cudaEvent_t ev_pack[2]) {
+// mask: two bit-mask buffers [chunk_rows, F/32]; *mask_failed is set (and the plain GEMM + full pack used) if
+// cuBLASLt offers no algorithm for the mask epilogue. The caller has zeroed ovf_flag[0..M) and *counters on `stream`.
+static inline void twell_gate_cublas(MatmulContext *mm, const bf16 *X, const bf16 *W, int M, int D, int F, int C,
+                                     bf16 *const scratch[2], uint32_t *const mask[2], int *mask_failed, int chunk_rows,
+                                     uint32_t *tw, int *ovf_flag, int *ovf_list, TwellCounters *counters,
+                                     cudaStream_t stream, cudaStream_t pack_stream, cudaEvent_t ev_gemm[2],
+                                     cudaEvent_t ev_pack[2]) {
     int used[2] = {0, 0};
     for (int i = 0, r0 = 0; r0 < M; i++, r0 += chunk_rows) {
         const int b = i & 1;
         const int rows = M - r0 < chunk_rows ? M - r0 : chunk_rows;
         if (used[b]) cudaCheck(cudaStreamWaitEvent(stream, ev_pack[b], 0));  // buffer b free again
-        twell_gate_chunk(mm, X, W, rows, r0, D, F, C, scratch[b], mask ? mask[b] : NULL, mask_failed, tw, ovf_flag,
+        twell_gate_chunk(mm, X, W, rows, r0, D, F, C, scratch[b], mask[b], mask_failed, tw, ovf_flag,
                          ovf_list, counters, stream, pack_stream, ev_gemm[b]);
         cudaCheck(cudaEventRecord(ev_pack[b], pack_stream));
         used[b] = 1;

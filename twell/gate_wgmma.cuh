@@ -1,8 +1,6 @@
 // twell/gate_wgmma.cuh: Hopper (sm_90a) gate kernel with the TwELL pack fused into its epilogue:
-//   tw = TwELL(relu(X Wg^T)), no dense gate matrix in memory. Three epilogues, same bits: the short one
-//   deferred under the next tile's k steps 1 and 2 (variant TWELL_GATE_WGMMA_FO of twell/gate.cuh, the default
-//   gate on Hopper; twg_fe_stash / twg_fe_emit / twg_fo_part below), the short one at the tile's end
-//   (TWELL_GATE_WGMMA_FE, twg_fe_pack_row) and round 1's (TWELL_GATE_WGMMA, twg_pack_row, described here; slower).
+//   tw = TwELL(relu(X Wg^T)), no dense gate matrix in memory (TWELL_GATE_WGMMA of twell/gate.cuh, the default gate
+//   on Hopper).
 //
 //   X  [M, D] bf16 row-major, Wg [F, D] bf16 row-major (nn.Linear weight: K-major, like X), out tw uint32
 //   [M, F/C] (twell/format.h), ovf_flag [M] (zero on entry), ovf_list [M], counters (zero on entry): the
@@ -21,17 +19,11 @@
 //   each written by one TMA (cp.async.bulk.tensor.2d) with 128-byte swizzle; full[s] (count 1 + tx bytes)
 //   and empty[s] (count 2: one arrive per consumer WG) mbarriers.
 //
-// Epilogue (per consumer thread; wgmma m64nNk16 fp32 accumulator fragment, PTX ISA "wgmma 64xNx16 D"):
+// Accumulator layout (per consumer thread; wgmma m64nNk16 fp32 accumulator fragment, PTX ISA "wgmma 64xNx16 D"):
 //   warp w (0..3 in the WG), lane l, q = l % 4: d[4j + 2h + e] is row 16w + l/4 + 8h, column 8j + 2q + e
 //   (j = 0..31, h, e in {0, 1}). So a row's 256 columns live in the 4 lanes of a quad, 64 each.
-//   Per row: round to bf16 (RNE, cvt.rn.bf16x2.f32 = __float2bfloat16_rn), active iff the ROUNDED value is
-//   > 0 (bits in [0x0001, 0x7f80]: +denormals..+inf, no -0 / NaN) -> a 64-bit mask per lane (bit 2j + e);
-//   the 4 masks of the quad are exchanged with shuffles; the slot of an active value at (j, q, e) is the
-//   number of active values in columns before it = sum over lanes q' of popc(mask_q' & low(2j + 2 [q' < q]))
-//   + e * bit(mask_q, 2j): column order, no atomics (deterministic). Count word, slots < S and the zero
-//   padding are stored straight to global memory (lanes of a quad split the padding words); lane q = 0
-//   flags overflow rows (count > S) exactly like twell_pack_kernel (atomicExch flag -> list) and adds the
-//   count to the thread's nnz (one atomicAdd per warp at the end).
+//   A value is active iff its bf16 rounding (RNE, = __float2bfloat16_rn) is > 0 (bits in [0x0001, 0x7f80]:
+//   +denormals..+inf, no -0 / NaN). The epilogue is described above twg_fe_stash below.
 //
 // Hang guard: every mbarrier wait polls %globaltimer and fails the launch (cudaErrorIllegalAddress, no silent
 // hang) after TWELL_WGMMA_TIMEOUT_NS (test/gpu/test_hang_guard.cu). Tests also poll the stream with a host timeout.
@@ -226,68 +218,8 @@ __device__ __forceinline__ uint32_t twg_bf16x2_bits(float lo, float hi) {
     memcpy(&r, &v, 4);
     return r;
 }
-// 1 iff the bf16 pattern is > 0 as a float: 0x0001 (smallest +denormal) .. 0x7f80 (+inf); 0 for +-0,
-// negatives (sign bit) and NaN (0x7f81..0x7fff). Unsigned wrap makes 0 fail too.
-__device__ __forceinline__ uint32_t twg_bf16_pos(uint32_t b16) { return (b16 - 1u) < 0x7F80u ? 1u : 0u; }
-// Mask of the n lowest bits, n in 0..64 (compile-time in the unrolled epilogue).
-__device__ __forceinline__ uint64_t twg_low64(int n) { return n >= 64 ? ~0ull : ((1ull << n) - 1ull); }
-
-// Packs row `row` (= rows 16w + l/4 + 8H of the consumer's 64) of the current tile: this thread holds
-// columns 8j + 2q + e, j = 0..31, e = 0..1 as bf16 bits in p[2j + H] (e = 0: bits 0..15, e = 1: bits 16..31;
-// p[2j + H] = bf16x2(d[4j + 2H], d[4j + 2H + 1])). tile_out = the row's TwELL tile (W words).
-// All 32 lanes of the warp must call it (quad shuffles), rows >= M included (they write nothing).
-template <int H>
-__device__ __forceinline__ void twg_pack_row(const uint32_t (&p)[64], int row, int M, int q, int lane,
-                                             uint32_t *__restrict__ tile_out, int W, int S, int *__restrict__ ovf_flag,
-                                             int *__restrict__ ovf_list, TwellCounters *__restrict__ counters,
-                                             unsigned long long &nnz) {
-    uint64_t mine = 0;  // bit 2j + e: column 8j + 2q + e is active
-#pragma unroll
-    for (int j = 0; j < 32; j++) {
-        const uint32_t b = p[2 * j + H];
-        const uint64_t f = (uint64_t)(twg_bf16_pos(b & 0xFFFFu) | (twg_bf16_pos(b >> 16) << 1));
-        mine |= f << (2 * j);
-    }
-    uint64_t m[4];  // the masks of the 4 lanes of this quad (lane q' holds columns 8j + 2q' + e)
-    const int qbase = lane & ~3;
-#pragma unroll
-    for (int k = 0; k < 4; k++) m[k] = __shfl_sync(0xffffffffu, mine, qbase + k);
-    int total = 0;  // the row's true count in this tile
-#pragma unroll
-    for (int k = 0; k < 4; k++) total += __popcll(m[k]);
-    if (row >= M) return;
-    if (mine) {
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                if ((mine >> (2 * j + e)) & 1ull) {
-                    // Active columns before 8j + 2q + e: every column 8j' + 2q' + e' with j' < j, plus those with
-                    // j' = j and q' < q, plus (e = 1) the column 8j + 2q when active.
-                    int slot = e ? (int)((mine >> (2 * j)) & 1ull) : 0;
-#pragma unroll
-                    for (int k = 0; k < 4; k++)
-                        slot += __popcll(m[k] & (k < q ? twg_low64(2 * j + 2) : twg_low64(2 * j)));
-                    if (slot < S) {
-                        const uint32_t b = p[2 * j + H];
-                        const uint32_t hi16 = e ? (b & 0xFFFF0000u) : (b << 16);
-                        tile_out[1 + slot] = hi16 | (uint32_t)(8 * j + 2 * q + e);
-                    }
-                }
-            }
-        }
-    }
-    const int used = total < S ? total : S;
-    for (int w = 1 + used + q; w < W; w += 4) tile_out[w] = 0u;  // zero padding, split over the quad
-    if (q == 0) {
-        tile_out[0] = (uint32_t)total;
-        nnz += (unsigned long long)total;
-        if (total > S) twell_flag_overflow(row, ovf_flag, ovf_list, counters);
-    }
-}
-
 // ---------------------------------------------------------------------------------------------------
-// The fast epilogue (variant TWELL_GATE_WGMMA_FE): the same bits as twg_pack_row, ~3x fewer instructions.
+// The epilogue: per row of 256 columns, the TwELL tile in column order (no atomics: deterministic).
 //   - Activity on the bf16x2 words with one set.gt.u32.bf16x2 per 2 values (0xFFFF per half that is > 0:
 //     +denormals..+inf, not +-0, negatives or NaN, exactly twg_bf16_pos), masked into two 32-bit words per
 //     lane: word h covers j = 16h + jj, bit jj = column 8j + 2q (e = 0), bit 16 + jj = column 8j + 2q + 1.
@@ -304,7 +236,7 @@ __device__ __forceinline__ void twg_pack_row(const uint32_t (&p)[64], int row, i
 // ---------------------------------------------------------------------------------------------------
 #define TWG_FE_SCRATCH_BYTES (256 * 128)                                // 2 consumer WGs x 128 B
 #define TWG_FE_SMEM_BYTES (TWG_SMEM_BYTES + 128 + TWG_FE_SCRATCH_BYTES)  // + 128: the scratch aligned to 128
-static_assert(TWG_FE_SMEM_BYTES <= 232448, "wgmma_fe needs more than the 227 KB of shared memory per block");
+static_assert(TWG_FE_SMEM_BYTES <= 232448, "the wgmma gate needs more than the 227 KB of shared memory per block");
 
 // Consumer thread ct's (0..255) scratch: 128 B each, from the first 128-byte boundary at or after `after` (the
 // end of the kernel's barriers).
@@ -390,18 +322,7 @@ __device__ __forceinline__ void twg_fe_emit(uint32_t w0, uint32_t w1, int row, i
     }
 }
 
-// Both parts at once: packs row `row` (= rows 16w + l/4 + 8H of the consumer's 64) from p[2j + H].
-template <int H>
-__device__ __forceinline__ void twg_fe_pack_row(const uint32_t (&p)[64], int row, int M, int q, int lane,
-                                                uint32_t scratch, int swz, uint32_t *__restrict__ tile_out, int W,
-                                                int S, int *__restrict__ ovf_flag, int *__restrict__ ovf_list,
-                                                TwellCounters *__restrict__ counters, unsigned long long &nnz) {
-    uint32_t w0, w1;
-    twg_fe_stash<H>(p, scratch, swz, w0, w1);
-    twg_fe_emit(w0, w1, row, M, q, lane, scratch, swz, tile_out, W, S, ovf_flag, ovf_list, counters, nnz);
-}
-
-// One deferred part of a tile's short epilogue (FE 2): part 2 emits row 0 (stashed at the tile's end: activity
+// One deferred part of a tile's epilogue: part 2 emits row 0 (stashed at the tile's end: activity
 // words w0a / w1a, values in the scratch), part 1 stashes and emits row 1 from p (rows row0 and row0 + 8, output
 // tile out0, rows row_words words apart).
 __device__ __forceinline__ void twg_fo_part(int part, const uint32_t (&p)[64], uint32_t w0a, uint32_t w1a, int row0,
@@ -420,14 +341,11 @@ __device__ __forceinline__ void twg_fo_part(int part, const uint32_t (&p)[64], u
 }
 
 // The kernel. tmX: X [M, D] box 64 x 128 (k x rows); tmW: Wg [F, D] box 64 x 256. words = 256 / C.
-// FE = 0: round 1's epilogue (twg_pack_row, TWELL_GATE_WGMMA); FE = 1: the fast one (twg_fe_pack_row,
-// TWELL_GATE_WGMMA_FE, + TWG_FE_SCRATCH_BYTES of shared memory); FE = 2: the fast one deferred (TWELL_GATE_WGMMA_FO):
-// at a tile's end the consumer only rounds its accumulators to bf16 and stashes row 0 (twg_fe_stash); it emits row 0
+// The epilogue is deferred: at a tile's end the consumer only rounds its accumulators to bf16 and stashes row 0 (twg_fe_stash); it emits row 0
 // while the next tile's second k step runs on the tensor cores and stashes + emits row 1 under the third, each after
 // the previous stage's release (twg_fo_part; the last tile's parts run after the loop). Its row-1 words (32 registers) stay live
 // next to the 128 accumulators: the consumers' 232 registers (setmaxnreg) hold both. Same bits.
-template <int FE>
-__global__ void __launch_bounds__(TWG_THREADS, 1)
+static __global__ void __launch_bounds__(TWG_THREADS, 1)
 twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW, int M, int D,
                         int F, int words, uint32_t *__restrict__ tw, int *__restrict__ ovf_flag,
                         int *__restrict__ ovf_list, TwellCounters *__restrict__ counters) {
@@ -473,12 +391,12 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
         const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of the tile
         const int tid = threadIdx.x - 128 * wg, warp = tid >> 5, lane = tid & 31, q = lane & 3;
         const int S = words - 1, row_words = (F / TWELL_TILE) * words;
-        const uint32_t scratch = twg_fe_scratch(bar_empty + 8 * TWG_STAGES, 128 * c + tid);  // FE >= 1
+        const uint32_t scratch = twg_fe_scratch(bar_empty + 8 * TWG_STAGES, 128 * c + tid);
         float d[128];
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f;
         unsigned long long nnz = 0;
-        // FE 2: the previous tile's epilogue, deferred into this tile's k steps 1 and 2. pend = its parts still to
+        // The previous tile's epilogue, deferred into this tile's k steps 1 and 2. pend = its parts still to
         // run (twg_fo_part); p keeps its row-1 words, pw0/pw1 row 0's activity words (row 0's values are in the
         // scratch), prow / pout its first row and output tile.
         uint32_t p[64];
@@ -498,13 +416,13 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
                     twg_fence_acc(d);
                     if (tid == 0) twg_mbar_arrive(bar_empty + 8 * ((it - 1) % TWG_STAGES));
                 }
-                // FE 2: one part of the previous tile's epilogue while this k step's group runs, after the previous
+                // One part of the previous tile's epilogue while this k step's group runs, after the previous
                 // stage's release (k steps 1 and 2, so the producer refills stage 0 without waiting for it)
-                if (FE == 2 && pend && kt > 0)
+                if (pend && kt > 0)
                     twg_fo_part(pend--, p, pw0, pw1, prow, M, q, lane, scratch, tid & 7, pout, row_words, words, S,
                                 ovf_flag, ovf_list, counters, nnz);
             }
-            while (FE == 2 && pend)  // KT <= 2: the parts the k steps left
+            while (pend)  // KT <= 2: the parts the k steps left
                 twg_fo_part(pend--, p, pw0, pw1, prow, M, q, lane, scratch, tid & 7, pout, row_words, words, S,
                             ovf_flag, ovf_list, counters, nnz);
             twg_wgmma_wait<0>();
@@ -521,27 +439,17 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
             }
             const int row0 = m0 + 64 * c + 16 * warp + (lane >> 2);
             uint32_t *out0 = tw + (size_t)row0 * row_words + (size_t)tn * words;
-            if (FE == 2) {  // row 0 stashed now; its emit and row 1 run under the next tile's first k steps
-                twg_fe_stash<0>(p, scratch, tid & 7, pw0, pw1);
-                prow = row0;
-                pout = out0;
-                pend = 2;
-            } else if (FE == 1) {
-                twg_fe_pack_row<0>(p, row0, M, q, lane, scratch, tid & 7, out0, words, S, ovf_flag, ovf_list, counters,
-                                   nnz);
-                twg_fe_pack_row<1>(p, row0 + 8, M, q, lane, scratch, tid & 7, out0 + (size_t)8 * row_words, words, S,
-                                   ovf_flag, ovf_list, counters, nnz);
-            } else {
-                twg_pack_row<0>(p, row0, M, q, lane, out0, words, S, ovf_flag, ovf_list, counters, nnz);
-                twg_pack_row<1>(p, row0 + 8, M, q, lane, out0 + (size_t)8 * row_words, words, S, ovf_flag,
-                                ovf_list, counters, nnz);
-            }
+            // Row 0 stashed now; its emit and row 1 run under the next tile's first k steps.
+            twg_fe_stash<0>(p, scratch, tid & 7, pw0, pw1);
+            prow = row0;
+            pout = out0;
+            pend = 2;
             // Redefine the accumulators (the next tile's first wgmma ignores them: scale-d 0); this tells the
             // compiler the old values are dead during the epilogue.
 #pragma unroll
             for (int i = 0; i < 128; i++) d[i] = 0.0f;
         }
-        while (FE == 2 && pend)  // the last tile's epilogue
+        while (pend)  // the last tile's epilogue
             twg_fo_part(pend--, p, pw0, pw1, prow, M, q, lane, scratch, tid & 7, pout, row_words, words, S, ovf_flag,
                         ovf_list, counters, nnz);
 #pragma unroll
@@ -621,11 +529,9 @@ static inline int twell_gate_wgmma_check(const bf16 *X, const bf16 *W, int M, in
 
 // X [M, D], W [F, D] -> tw [M, F/C] + ovf_flag / ovf_list / counters (zeroed by the caller on `stream`).
 // max_ctas > 0 caps the persistent grid (tests: many tiles per CTA on small shapes); 0 = one CTA per SM.
-// epilogue: 0 = TWELL_GATE_WGMMA (twg_pack_row), 1 = TWELL_GATE_WGMMA_FE (twg_fe_pack_row), 2 = TWELL_GATE_WGMMA_FO
-// (the same, deferred under the next tile's first k steps).
 static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, int D, int F, int C, uint32_t *tw,
                                           int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream,
-                                          int max_ctas = 0, int epilogue = 0) {
+                                          int max_ctas = 0) {
     int e = twell_gate_wgmma_check(X, W, M, D, F, C);
     if (e) return e;
     TwgEncodeTiledFn enc = twg_encode_fn();
@@ -634,14 +540,12 @@ static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, i
     if ((e = twg_make_map(enc, &tmX, X, M, D, TWG_BM, "X"))) return e;
     if ((e = twg_make_map(enc, &tmW, W, F, D, TWG_BN, "Wg"))) return e;
     int sms = cuda_sm_count();
-    void (*kern)(const CUtensorMap, const CUtensorMap, int, int, int, int, uint32_t *, int *, int *, TwellCounters *) =
-        epilogue == 2 ? twell_gate_wgmma_kernel<2> : epilogue == 1 ? twell_gate_wgmma_kernel<1> : twell_gate_wgmma_kernel<0>;
-    const int smem = epilogue ? TWG_FE_SMEM_BYTES : TWG_SMEM_BYTES;
-    cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const int smem = TWG_FE_SMEM_BYTES;
+    cudaCheck(cudaFuncSetAttribute(twell_gate_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const long long tiles = (long long)CEIL_DIV(M, TWG_BM) * (F / TWG_BN);
     if (max_ctas > 0 && max_ctas < sms) sms = max_ctas;
     const int grid = (int)(tiles < sms ? tiles : sms);
-    kern<<<grid, TWG_THREADS, smem, stream>>>(tmX, tmW, M, D, F, TWELL_TILE / C, tw, ovf_flag, ovf_list, counters);
+    twell_gate_wgmma_kernel<<<grid, TWG_THREADS, smem, stream>>>(tmX, tmW, M, D, F, TWELL_TILE / C, tw, ovf_flag, ovf_list, counters);
     cudaCheckLaunch();
     return TWELL_OK;
 }

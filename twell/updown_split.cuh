@@ -1,15 +1,12 @@
-// twell/updown_split.cuh: the gated up + down of the TwELL FFN as TWO token-major kernels (up/down variant
-// `split`, the FFN's default for gated layers). Both gather whole weight rows from L2 like the fused kernel of
-// twell/updown.cuh (8 KB per (token, unit) pair), but without its barrier per group of units: the up kernel
-// has one barrier per row, the down kernel none. Measured on the H200 (run 34, M 65536, nnz 29): 1.76 ms
-// against 1.93 for the fused kernel; a pure gather of the same rows (bench_ffn --variants, "l2 gather")
-// takes 1.58 ms (9.8 TB/s), the floor of any token-major up/down. That each kernel reads one 23 MB matrix
-// (the fused one reads 46 MB) made no difference by itself (a first version on one stream: 2.00 ms).
+// twell/updown_split.cuh: the gated up + down of the TwELL FFN as TWO token-major kernels (the FFN's up/down for
+// gated layers). Both gather whole weight rows from L2 (8 KB per (token, unit) pair); the up kernel has one barrier
+// per row, the down kernel none. On the H200 (M 65536, D 2048, F 5632, nnz 29) the up/down takes ~1.7 ms, ~90% of a
+// pure gather of the same rows (bench_ffn --gather: 1.58 ms, 9.8 TB/s), the floor of any token-major up/down.
 //
 //   up:    for every active (token m, unit n):  h[m, n] = g[m, n] * (x[m,:] . Wu[n,:])    (fp32, not rounded)
 //   down:  y[m,:] = sum over the token's active n of  h[m, n] * WdT[n,:]                 (fp32, bf16 once)
 //
-//   tw  uint32 [M, F/C] (twell/format.h)   X [M, D] bf16   Wu, WdT [F, D] bf16 (row n at Wu + n * ldw)
+//   tw  uint32 [M, F/C] (twell/format.h)   X [M, D] bf16   Wu, WdT [F, D] bf16 (row n at Wu + n * D)
 //   pairs uint2 [M, P] (P = F/256 * slots, the most a non-overflow row can hold): the up kernel writes row m's
 //     active units in column order, pairs[m * P + i] = {unit n, float bits of h}; cnt int [M] = the row's
 //     number of pairs, or -1 for an overflow row (then neither kernel writes anything for it: the dense
@@ -24,34 +21,35 @@
 //
 // Up kernel: one CTA of 128 threads per token. The row's TwELL is compacted into shared memory (column order,
 // twell_block_compact_row); thread i holds the 16-byte chunks i, i + 128, ... of x in fp32 registers; every
-// warp takes the units G at a time (G x CH 16-byte loads in flight per thread), reduces each partial dot over
+// warp takes the units GU = 2 at a time (G x CH 16-byte loads in flight per thread), reduces each partial dot over
 // its columns by a butterfly and keeps it in shared memory; ONE barrier per row, then h = g * (sum over the
 // warps in a fixed order: deterministic) is written with the unit.
 // Down kernel: one CTA of 128 threads per token; thread i owns the 16-byte column chunks i, i + 128, ... of y;
-// the row's pairs are staged in shared memory; G WdT rows in flight per step; no reductions at all.
+// the row's pairs are staged in shared memory; GD = 4 WdT rows in flight per step; no reductions at all.
 // X, TwELL and Y are streamed (evict-first) so that they do not push the weight rows out of L2.
-// Shapes: D % 8 == 0, D <= 8192 (CH = ceil(D / 1024) chunks per thread, G capped for CH 4 and 8 as in
-// twell/updown.cuh), F % 256 == 0; gated FFNs only (a non-gated one has no up projection: the fused kernel is
-// its down kernel already).
+// Shapes: D % 8 == 0, D <= 8192 (CH = ceil(D / 1024) chunks per thread, G capped for CH 4 and 8: registers),
+// F % 256 == 0; gated FFNs only (a non-gated one has no up projection: the fused kernel of twell/updown.cuh is its
+// down kernel already).
 #ifndef SLLM_TWELL_UPDOWN_SPLIT_CUH
 #define SLLM_TWELL_UPDOWN_SPLIT_CUH
 
 #include "cuda_common.cuh"
 #include "twell/format.h"
 #include "twell/updown.cuh"
-#include "twell/up_blocked.cuh"
 
 #ifndef TWELL_SPLIT_CHUNK
 #define TWELL_SPLIT_CHUNK 16384  // rows per up + down pass (bounds the pairs buffers); a build option
 #endif
 #define TWELL_SPLIT_NT 128       // threads per CTA (one token) of both kernels
 #define TWELL_SPLIT_HEAVY 64     // a row with at least this many active units is "heavy" (runs first, counted)
-// Minimum CTAs per SM asked of the compiler (__launch_bounds__) for the up and the down kernel (D 2048, GU 2, GD 4,
-// CUDA 13.0). The up: 69 registers at 1 (7 CTAs per SM), 48 at 10 (10 CTAs, no spills), 40 at 12; 10 is the
-// default since run 117 (up/down -3% to -7% against 1 at nnz 8 and 29, both patterns; 12 was slower than 10).
-// It applies at CH <= 2 (D <= 2048); wider rows (CH 4, 8) would spill under it and keep 1.
-// The down (GD 4, the default): 72 registers at 1 (7 CTAs per SM), 64 at 8, 48 at 10, no spills; with GD 8: 120 at
-// 1, spills from 8 up. Run 119: GD 4 at 1 was as fast as at 8 or 10 CTAs, so the down keeps 1.
+// Units per step: GU of the up, GD of the down (H200, M 65536, nnz 8 / 29: GU 2 / GD 4 was 1.5-4.4% faster than
+// GU 2 / GD 8 and GU 4 / GD 4).
+#define TWELL_SPLIT_GU 2
+#define TWELL_SPLIT_GD 4
+// Minimum CTAs per SM asked of the compiler (__launch_bounds__) for the up and the down kernel (D 2048, CUDA 13.0).
+// The up: 69 registers at 1 (7 CTAs per SM), 48 at 10 (10 CTAs, no spills), 40 at 12; 10 measured 3-7% faster than
+// 1 at nnz 8 and 29 (12 slower than 10). It applies at CH <= 2 (D <= 2048); wider rows (CH 4, 8) would spill under
+// it and keep 1. The down: 72 registers at 1 (7 CTAs per SM), 48 at 10, no spills; as fast at 1 as at 8 or 10.
 #ifndef TWELL_SPLIT_UP_MINB
 #define TWELL_SPLIT_UP_MINB 10
 #endif
@@ -67,13 +65,12 @@ static inline int twell_split_pairs_per_row(int F, int C) { return (F / TWELL_TI
 // barrier at the end, then h = g * (sum over warps, fixed order). Dynamic shared memory: tiles + 1 + (2 + NW) x P
 // words.
 template <int NT, int CH, int G>
-__global__ void __launch_bounds__(NT, CH <= 2 ? TWELL_SPLIT_UP_MINB : 1)
+static __global__ void __launch_bounds__(NT, CH <= 2 ? TWELL_SPLIT_UP_MINB : 1)
 twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ X, const bf16 *__restrict__ Wu,
-                      int ldw, uint2 *__restrict__ pairs, int *__restrict__ cnt, const int *__restrict__ order,
+                      uint2 *__restrict__ pairs, int *__restrict__ cnt, const int *__restrict__ order,
                       int *__restrict__ n_heavy, unsigned long long *__restrict__ nnz_sparse, int D, int F,
-                      int words, const int *__restrict__ n_rows) {
+                      int words) {
     constexpr int NW = NT / 32;
-    if (n_rows && (int)blockIdx.x >= *n_rows) return;  // only the first *n_rows entries of `order` (blocked up's rest)
     extern __shared__ __align__(16) unsigned char twell_smem[];
     const int tiles = F / TWELL_TILE, P = tiles * (words - 1);
     int *s_off = reinterpret_cast<int *>(twell_smem);  // [tiles + 1]
@@ -110,7 +107,7 @@ twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ 
 #pragma unroll
             for (int k = 0; k < CH; k++) {
                 const int ci = tid + k * NT;
-                wu[j][k] = (valid && ci < nchunks) ? __ldg(reinterpret_cast<const uint4 *>(Wu + (size_t)col * ldw) + ci)
+                wu[j][k] = (valid && ci < nchunks) ? __ldg(reinterpret_cast<const uint4 *>(Wu + (size_t)col * D) + ci)
                                                    : make_uint4(0, 0, 0, 0);
             }
         }
@@ -137,9 +134,9 @@ twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ 
 
 // Down: one CTA of NT threads per row. CH = 16-byte chunks of y per thread (D <= CH * NT * 8), G rows per step.
 template <int NT, int CH, int G>
-__global__ void __launch_bounds__(NT, CH <= 2 ? TWELL_SPLIT_DOWN_MINB : 1)
+static __global__ void __launch_bounds__(NT, CH <= 2 ? TWELL_SPLIT_DOWN_MINB : 1)
 twell_split_down_kernel(const uint2 *__restrict__ pairs, const int *__restrict__ cnt, const int *__restrict__ order,
-                        const bf16 *__restrict__ WdT, int ldw, bf16 *__restrict__ Y, int D, int P) {
+                        const bf16 *__restrict__ WdT, bf16 *__restrict__ Y, int D, int P) {
     extern __shared__ __align__(16) unsigned char twell_smem[];
     uint2 *s_pair = reinterpret_cast<uint2 *>(twell_smem);  // [P]
     const int row = order ? order[blockIdx.x] : blockIdx.x, tid = threadIdx.x;
@@ -166,7 +163,7 @@ twell_split_down_kernel(const uint2 *__restrict__ pairs, const int *__restrict__
             for (int k = 0; k < CH; k++) {
                 const int ci = tid + k * NT;
                 wd[j][k] = (valid && ci < nchunks)
-                               ? __ldg(reinterpret_cast<const uint4 *>(WdT + (size_t)pr.x * ldw) + ci)
+                               ? __ldg(reinterpret_cast<const uint4 *>(WdT + (size_t)pr.x * D) + ci)
                                : make_uint4(0, 0, 0, 0);
             }
         }
@@ -180,7 +177,7 @@ twell_split_down_kernel(const uint2 *__restrict__ pairs, const int *__restrict__
 // last (their CTAs exit at once). One thread per row, one atomic per warp and group (ballot + popc: the
 // counters ctr[2], zeroed by the caller, see 32x fewer atomics than rows). The order within each group depends
 // on the atomics, the results do not (every row is computed alone).
-__global__ void twell_split_order_kernel(const uint32_t *__restrict__ tw, int rows, int tiles, int words,
+static __global__ void twell_split_order_kernel(const uint32_t *__restrict__ tw, int rows, int tiles, int words,
                                          int *__restrict__ order, int *__restrict__ ctr) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
     int heavy = 0;
@@ -209,14 +206,14 @@ __global__ void twell_split_order_kernel(const uint32_t *__restrict__ tw, int ro
     order[heavy ? hb + __popc(hm & below) : rows - 1 - (lb + __popc(lm & below))] = row;
 }
 
-template <int CH, int GU0, int GD0>
-static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, int ldw,
-                                         bf16 *Y, uint2 *pairs, int *cnt, int *order, int *n_heavy,
-                                         unsigned long long *nnz_sparse, int M, int D, int F, int words, int stages,
-                                         cudaStream_t stream, TwellBlockedUpBuf *bu, int *bu_rows) {
+template <int CH>
+static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
+                                         uint2 *pairs, int *cnt, int *order, int *n_heavy,
+                                         unsigned long long *nnz_sparse, int M, int D, int F, int words,
+                                         cudaStream_t stream) {
     constexpr int NT = TWELL_SPLIT_NT;
-    constexpr int GU = CH >= 8 ? 1 : CH >= 4 ? (GU0 < 2 ? GU0 : 2) : GU0;  // registers (as in twell/updown.cuh)
-    constexpr int GD = CH >= 8 ? 1 : CH >= 4 ? (GD0 < 2 ? GD0 : 2) : GD0;
+    constexpr int GU = CH >= 8 ? 1 : CH >= 4 ? (TWELL_SPLIT_GU < 2 ? TWELL_SPLIT_GU : 2) : TWELL_SPLIT_GU;  // registers
+    constexpr int GD = CH >= 8 ? 1 : CH >= 4 ? (TWELL_SPLIT_GD < 2 ? TWELL_SPLIT_GD : 2) : TWELL_SPLIT_GD;
     const int tiles = F / TWELL_TILE, P = tiles * (words - 1);
     const size_t smem_up = sizeof(int) * ((size_t)tiles + 1 + (2 + NT / 32) * (size_t)P);
     const size_t smem_down = sizeof(uint2) * (size_t)P;
@@ -226,117 +223,35 @@ static inline void twell_split_launch_ch(const uint32_t *tw, const bf16 *X, cons
     if (smem_down > 48 * 1024)
         cudaCheck(cudaFuncSetAttribute(twell_split_down_kernel<NT, CH, GD>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_down));
-    if ((stages & 1) && order) {
+    if (order) {
         int *ctr = order + M;
         cudaCheck(cudaMemsetAsync(ctr, 0, 2 * sizeof(int), stream));
         twell_split_order_kernel<<<CEIL_DIV(M, 256), 256, 0, stream>>>(tw, M, tiles, words, order, ctr);
         cudaCheckLaunch();
     }
-    if ((stages & 1) && bu) {
-        // Blocked up (twell/up_blocked.cuh): build, the token-major up on the rows of over-capacity blocks, the
-        // up on tensor cores, finish. The order above (if any) serves the down only.
-        const int nblk = CEIL_DIV(M, bu->T), nparts = D / TWELL_BU_PW;
-        const int sm = bu->stage_mask ? bu->stage_mask : 15;
-        const size_t smem_b = twell_bu_build_smem(bu->T, F, bu->cap), smem_x = twell_bu_up_smem(bu->T);
-        if (sm & 1) cudaCheck(cudaMemsetAsync(bu->rest_n, 0, sizeof(int), stream));
-        if ((sm & 1) && bu->T == 512) {
-            cudaCheck(cudaFuncSetAttribute(twell_bu_build_kernel<512>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)smem_b));
-            twell_bu_build_kernel<512><<<nblk, TWELL_BU_BUILD_NT, smem_b, stream>>>(
-                tw, M, tiles, words, F, bu->cap, cnt, bu->ent, bu->aux, bu->gunit, bu->binfo, bu->rest, bu->rest_n,
-                n_heavy, bu_rows, nnz_sparse, TWELL_SPLIT_HEAVY);
-        } else if (sm & 1) {
-            cudaCheck(cudaFuncSetAttribute(twell_bu_build_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)smem_b));
-            twell_bu_build_kernel<256><<<nblk, TWELL_BU_BUILD_NT, smem_b, stream>>>(
-                tw, M, tiles, words, F, bu->cap, cnt, bu->ent, bu->aux, bu->gunit, bu->binfo, bu->rest, bu->rest_n,
-                n_heavy, bu_rows, nnz_sparse, TWELL_SPLIT_HEAVY);
-        }
-        cudaCheckLaunch();
-        if (sm & 2)
-            twell_split_up_kernel<NT, CH, GU><<<M, NT, smem_up, stream>>>(tw, X, Wu, ldw, pairs, cnt, bu->rest,
-                                                                           n_heavy, nnz_sparse, D, F, words, bu->rest_n);
-        cudaCheckLaunch();
-        if ((sm & 4) && bu->T == 512) {
-            cudaCheck(cudaFuncSetAttribute(twell_bu_up_kernel<512, 16>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_x));
-            twell_bu_up_kernel<512, 16><<<dim3(nblk, nparts), 16 * 32, smem_x, stream>>>(
-                X, D, Wu, ldw, bu->ent, bu->gunit, bu->binfo, bu->part, M, bu->cap);
-        } else if (sm & 4) {
-            cudaCheck(cudaFuncSetAttribute(twell_bu_up_kernel<256, 8>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_x));
-            twell_bu_up_kernel<256, 8><<<dim3(nblk, nparts), 8 * 32, smem_x, stream>>>(
-                X, D, Wu, ldw, bu->ent, bu->gunit, bu->binfo, bu->part, M, bu->cap);
-        }
-        cudaCheckLaunch();
-        if (sm & 8) twell_bu_finish_kernel<<<dim3(CEIL_DIV(bu->cap, 256), nblk), 256, 0, stream>>>(
-            bu->ent, bu->aux, bu->gunit, bu->binfo, bu->part, nparts, bu->T, bu->cap, P, pairs);
-        cudaCheckLaunch();
-    } else if (stages & 1) {
-        twell_split_up_kernel<NT, CH, GU><<<M, NT, smem_up, stream>>>(tw, X, Wu, ldw, pairs, cnt, order, n_heavy,
-                                                                       nnz_sparse, D, F, words, NULL);
-        cudaCheckLaunch();
-    }
-    if (stages & 2) {
-        twell_split_down_kernel<NT, CH, GD><<<M, NT, smem_down, stream>>>(pairs, cnt, order, WdT, ldw, Y, D, P);
-        cudaCheckLaunch();
-    }
+    twell_split_up_kernel<NT, CH, GU><<<M, NT, smem_up, stream>>>(tw, X, Wu, pairs, cnt, order, n_heavy, nnz_sparse, D,
+                                                                   F, words);
+    cudaCheckLaunch();
+    twell_split_down_kernel<NT, CH, GD><<<M, NT, smem_down, stream>>>(pairs, cnt, order, WdT, Y, D, P);
+    cudaCheckLaunch();
 }
 
-// Runs up then down on rows [0, M) (one chunk: pairs / cnt hold M rows, order M + 2 ints, or NULL: rows in
-// index order, no heavy-first ordering; n_heavy / nnz_sparse (may be NULL): += the heavy non-overflow rows / the
-// active units of the non-overflow rows). GU / GD: units per step of the up and of the down kernel (the FFN's
-// default: 2 and 4, TWELL_SPLIT_UNITS_DEFAULT).
-// stages: 1 order + up only, 2 down only (benchmarks), 3 both. The caller has checked twell_split_supports(D)
-// and F % 256 == 0.
-template <int GU, int GD>
-static inline void twell_split_launch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, int ldw,
-                                      bf16 *Y, uint2 *pairs, int *cnt, int *order, int *n_heavy,
-                                      unsigned long long *nnz_sparse, int M, int D, int F, int C, cudaStream_t stream,
-                                      int stages = 3, TwellBlockedUpBuf *bu = NULL, int *bu_rows = NULL) {
+// Runs order (if any), up, then down on rows [0, M) (one chunk: pairs / cnt hold M rows, order M + 2 ints, or NULL:
+// rows in index order, no heavy-first ordering; n_heavy / nnz_sparse (may be NULL): += the heavy non-overflow rows /
+// the active units of the non-overflow rows). The caller has checked twell_split_supports(D) and F % 256 == 0.
+static inline void twell_split_launch(const uint32_t *tw, const bf16 *X, const bf16 *Wu, const bf16 *WdT, bf16 *Y,
+                                      uint2 *pairs, int *cnt, int *order, int *n_heavy, unsigned long long *nnz_sparse,
+                                      int M, int D, int F, int C, cudaStream_t stream) {
     const int words = TWELL_TILE / C;
     const int nchunks = D / 8;  // 16-byte chunks per row; CH per thread of a 128-thread CTA
-#define TWELL_SPLIT_ARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stages, stream, bu, bu_rows
-    if (nchunks <= 128) twell_split_launch_ch<1, GU, GD>(TWELL_SPLIT_ARGS);
-    else if (nchunks <= 256) twell_split_launch_ch<2, GU, GD>(TWELL_SPLIT_ARGS);
-    else if (nchunks <= 512) twell_split_launch_ch<4, GU, GD>(TWELL_SPLIT_ARGS);
-    else twell_split_launch_ch<8, GU, GD>(TWELL_SPLIT_ARGS);
+#define TWELL_SPLIT_ARGS tw, X, Wu, WdT, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, words, stream
+    if (nchunks <= 128) twell_split_launch_ch<1>(TWELL_SPLIT_ARGS);
+    else if (nchunks <= 256) twell_split_launch_ch<2>(TWELL_SPLIT_ARGS);
+    else if (nchunks <= 512) twell_split_launch_ch<4>(TWELL_SPLIT_ARGS);
+    else twell_split_launch_ch<8>(TWELL_SPLIT_ARGS);
 #undef TWELL_SPLIT_ARGS
 }
 
-// Units per step of the two kernels (GU of the up, GD of the down): TwellFFNWorkspace.split_units.
-enum {
-    TWELL_SPLIT_UNITS_G4G4 = 0,
-    TWELL_SPLIT_UNITS_G2G8 = 1,
-    TWELL_SPLIT_UNITS_G2G4 = 2,
-    TWELL_SPLIT_UNITS_G4G8 = 3,
-    TWELL_SPLIT_UNITS_NUM = 4
-};
-// The default, GU 2 / GD 4 since run 119 (the up at 10 CTAs per SM, TWELL_SPLIT_UP_MINB): bench_ffn --split-g at
-// M 65536, nnz 8 / 29, both patterns, two rounds: the down stage with GD 4 took 0.293-0.298 / 0.867-0.868 ms
-// (uniform) and 0.293 / 0.790-0.793 (heavy) against 0.383-0.391 / 0.909-0.950 and 0.383 / 0.824-0.829 with GD 8;
-// the sparse FFN 1.5-4.4% less except one noisy uniform-29 round (run 118: 0.6% / 1.5% less at nnz 29). GD 8 at 8
-// or 10 CTAs per SM (TWELL_SPLIT_DOWN_MINB) was no better than GD 4 at 1. Before (run 45, the up at 7 CTAs per
-// SM): GU 2 / GD 8, 0.3-5.7% faster than GU 4 / GD 4.
-#define TWELL_SPLIT_UNITS_DEFAULT TWELL_SPLIT_UNITS_G2G4
-static inline const char *twell_split_units_name(int u) {
-    static const char *names[TWELL_SPLIT_UNITS_NUM] = {"gu4_gd4", "gu2_gd8", "gu2_gd4", "gu4_gd8"};
-    return u >= 0 && u < TWELL_SPLIT_UNITS_NUM ? names[u] : "?";
-}
-
-// twell_split_launch with the units per step of `units` (TWELL_SPLIT_UNITS_*; the caller checked the range).
-static inline void twell_split_launch_units(int units, const uint32_t *tw, const bf16 *X, const bf16 *Wu,
-                                            const bf16 *WdT, int ldw, bf16 *Y, uint2 *pairs, int *cnt, int *order,
-                                            int *n_heavy, unsigned long long *nnz_sparse, int M, int D, int F, int C,
-                                            cudaStream_t stream, TwellBlockedUpBuf *bu = NULL, int *bu_rows = NULL) {
-#define TWELL_SPLIT_UARGS tw, X, Wu, WdT, ldw, Y, pairs, cnt, order, n_heavy, nnz_sparse, M, D, F, C, stream, 3, bu, bu_rows
-    switch (units) {
-    case TWELL_SPLIT_UNITS_G2G8: twell_split_launch<2, 8>(TWELL_SPLIT_UARGS); break;
-    case TWELL_SPLIT_UNITS_G2G4: twell_split_launch<2, 4>(TWELL_SPLIT_UARGS); break;
-    case TWELL_SPLIT_UNITS_G4G8: twell_split_launch<4, 8>(TWELL_SPLIT_UARGS); break;
-    default: twell_split_launch<4, 4>(TWELL_SPLIT_UARGS); break;
-    }
-#undef TWELL_SPLIT_UARGS
-}
+static inline int twell_split_supports(int D) { return D % 8 == 0 && D <= 8192; }
 
 #endif  // SLLM_TWELL_UPDOWN_SPLIT_CUH

@@ -2,8 +2,7 @@
 // Usage: build/bench_attention [reps]   (default 30)
 // For B in {4, 8}: forward, backward and forward+backward of each kernel variant side by side (v1 = 64-row
 // forward + atomic dq, the previous default; v2 = 128-row forward + deterministic 128-row dq kernel, the default;
-// v2atom = v2 forward + atomic dq; v1det = v1 forward + 64-row deterministic dq kernel; det2 = v2 with the
-// 128-key dk/dv kernel, SLLM_ATTN_BWD=det2), median of `reps` runs
+// v2atom = v2 forward + atomic dq; v1det = v1 forward + 64-row deterministic dq kernel), median of `reps` runs
 // timed with CUDA events after warm-up, and TFLOP/s with causal FLOP counts: fwd 2*B*H*T*T*hd (= 4*B*H*T^2*hd/2:
 // two GEMMs, half the matrix), bwd 2.5x fwd (five GEMMs; the deterministic backward really does seven). Inputs
 // are random (never zeros). Also one timing of the simple path at B=4, with few runs, to know what it costs.
@@ -102,12 +101,11 @@ int main(int argc, char **argv) {
     struct { const char *name; AttnVariant v; } vars[] = {
         {"v1", {ATTN_PATH_FAST, 1, 0, 1}},     {"v2", {ATTN_PATH_FAST, 2, 1, 2}},
         {"v2atom", {ATTN_PATH_FAST, 2, 0, 1}}, {"v1det", {ATTN_PATH_FAST, 1, 1, 1}},
-        {"det2", {ATTN_PATH_FAST, 2, 1, 2, 1}},  // v2 + 128-key dk/dv kernel (SLLM_ATTN_BWD=det2)
     };
     const int nv = (int)(sizeof vars / sizeof vars[0]);
-    // GQA case: v1, v2 and det2 only (variant mask)
-    struct { int B, KVH; unsigned mask; } cases[] = {{4, 32, (1u << nv) - 1}, {8, 32, (1u << nv) - 1}, {8, 8, 0x13}};
-    float summary[3][5][3] = {{{0}}};
+    // GQA case: v1 and v2 only (variant mask)
+    struct { int B, KVH; unsigned mask; } cases[] = {{4, 32, (1u << nv) - 1}, {8, 32, (1u << nv) - 1}, {8, 8, 0x3}};
+    float summary[3][4][3] = {{{0}}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int B = cases[c].B, kvh = cases[c].KVH;
         double fwd_flop = 2.0 * B * H * (double)T * T * hd, bwd_flop = 2.5 * fwd_flop;
@@ -139,11 +137,6 @@ int main(int argc, char **argv) {
                cases[c].B, cases[c].KVH, summary[c][0][0], summary[c][1][0], summary[c][0][0] / summary[c][1][0],
                summary[c][0][1], summary[c][1][1], summary[c][0][1] / summary[c][1][1], summary[c][0][2],
                summary[c][1][2], summary[c][0][2] / summary[c][1][2]);
-    printf("det2 (128-key dk/dv CTAs) vs det (default v2): bwd time ratio det/det2 (>1 = det2 faster)\n");
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-        printf("  B=%d KVH=%2d: bwd %.3f -> %.3f ms (x%.2f) | f+b %.3f -> %.3f ms (x%.2f)\n", cases[c].B, cases[c].KVH,
-               summary[c][1][1], summary[c][4][1], summary[c][1][1] / summary[c][4][1], summary[c][1][2],
-               summary[c][4][2], summary[c][1][2] / summary[c][4][2]);
     printf("deterministic dq cost at the v2 forward: bwd det/atomic = %.3f (B=4), %.3f (B=8)\n",
            summary[0][1][1] / summary[0][2][1], summary[1][1][1] / summary[1][2][1]);
     cudaCheck(cudaFree(b.q));

@@ -2,10 +2,10 @@
 //
 //   build/bench_coresident [--M 65536] [--nnz 29] [--reps 10]
 //
-// The question behind twell/NOTES.md's one untried design for issue 5's speed target (the sparse FFN at nnz 29 in
+// The question behind twell/README.md's one untried design for issue 5's speed target (the sparse FFN at nnz 29 in
 // at most 1.6x the gate GEMM): the gate GEMM is bound by the tensor cores, the token-major up/down by the L2 gather
 // of whole weight rows (~1.58 ms at nnz 29, M 65536 on an H200). Run on separate streams they do not overlap
-// (dev/RESULTS.md run 40: cuBLASLt's kernels take a whole SM). Would they overlap inside ONE persistent kernel,
+// (cuBLASLt's kernels take a whole SM). Would they overlap inside ONE persistent kernel,
 // a gather warpgroup next to the wgmma warpgroups? This probe measures it with the up/down's memory traffic alone
 // (no dependency between the two, no epilogue pack, no arithmetic beyond a light use of each row): an upper bound
 // on what the real fused kernel could reach.

@@ -1,4 +1,4 @@
-// dev/bench/bench_rows.cuh: the L2 gather probes' random row index (bench_ffn --gather / --variants, bench_l2,
+// dev/bench/bench_rows.cuh: the L2 gather probes' random row index (bench_ffn --gather, bench_l2,
 // bench_coresident): row j of CTA `block`, uniform in [0, nrows) (a multiply-xorshift hash, no division); and the
 // gather probe kernel itself (bench_l2_gather).
 #ifndef SLLM_BENCH_ROWS_CUH
@@ -12,7 +12,7 @@ __device__ __forceinline__ int bench_random_row(uint32_t seed, uint32_t block, u
     return (int)__umulhi(h, (uint32_t)nrows);
 }
 
-// L2 gather probe (--variants): what the token-major up/down's memory pattern can reach. Each CTA of 128
+// L2 gather probe (bench_ffn --gather): what the token-major up/down's memory pattern can reach. Each CTA of 128
 // threads reads `per_cta` rows of `chunks` 16-byte chunks, row k at W + idx[k] * chunks, R rows in flight per
 // thread (2 chunks each), and XORs the words (written out so nothing is optimized away). Row indices: hash RNG over
 // [0, nrows). With nrows x chunks x 16 B = 23 MB (one weight matrix) or 46 MB (both) this is the up/down's

@@ -2,8 +2,6 @@
 # GPU run for core/attention.cuh (helper ATTN): build + correctness test (every variant vs a float64 CPU reference,
 # bitwise determinism of the default backward) + benchmark of the old (v1: 64-row forward, atomic dq) and new
 # (v2: 128-row forward, deterministic dq kernel; the default) kernels side by side at the paper's shapes.
-# Also det2 (SLLM_ATTN_BWD=det2: v2 with the 128-key dk/dv kernel attn_bwd_kv2_kernel, not the default): tested
-# like the others (float64 reference, bitwise determinism) and timed next to v2 (see "det2 ... vs det" lines).
 # Log: $OUT/attn.log. Expected runtime < 90 s (build ~40 s, test ~25 s, bench ~20 s).
 # If a new variant fails: SLLM_ATTN_FWD=v1 / SLLM_ATTN_BWD=atomic select the previous kernels; SLLM_ATTN=simple
 # the reference kernels.
@@ -14,12 +12,12 @@ LOG="$OUT/attn.log"
   echo "== attn: $(date -u) $(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null)"
   t0=$(date +%s)
   make -j"$(nproc)" build/gpu_test_attention build/bench_attention 2>&1 | grep -v '^nvcc\|^gcc\|^ar\|^mkdir' | tail -20
-  echo "== build $(( $(date +%s) - t0 )) s; kernel resources (fwd<HD,MT>, bwd<HD,atomic dq>, bwd_kv2<HD>, bwd_dq<HD,MT>):"
+  echo "== build $(( $(date +%s) - t0 )) s; kernel resources (fwd<HD,MT>, bwd<HD,atomic dq>, bwd_dq<HD,MT>):"
   cuobjdump --dump-resource-usage build/bench_attention 2>&1 | grep -A1 'attn_' | grep -v '^--' | cut -c1-160
   echo
   echo "== test"
   timeout 60 ./build/gpu_test_attention; echo "test rc=$?"
-  echo "== bench (v1 = old default, v2 = default, det2 = v2 with 128-key dk/dv CTAs)"
+  echo "== bench (v1 = 64-row forward + atomic dq, v2 = default)"
   timeout 40 ./build/bench_attention 30; echo "bench rc=$?"
   echo "== attn total $(( $(date +%s) - t0 )) s"
 } 2>&1 | tee "$LOG"

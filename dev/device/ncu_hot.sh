@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute: where one kernel's warps stall, instruction by instruction (SASS with its stall samples), plus
 # the warp-state summary. Usage: bash dev/device/ncu_hot.sh KERNEL_REGEX BINARY [ARGS...]
-#   e.g. bash dev/device/ncu_hot.sh gate_wgmma_ov build/bench_ffn --M 65536 --nnz 29 --pattern uniform --reps 1 \
-#        --gates 7 --no-calibrate
+#   e.g. bash dev/device/ncu_hot.sh gate_wgmma build/bench_ffn --M 65536 --nnz 29 --pattern uniform --reps 1 \
+#        --no-cublas --no-calibrate
 # Writes $OUT/ncu_<regex>_details.txt (sections) and $OUT/ncu_<regex>_hot.txt (the 60 SASS lines with the most
 # stall samples, with their stall reasons).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

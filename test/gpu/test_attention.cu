@@ -132,7 +132,6 @@ static const NamedVariant k_variants[] = {
     {"v1", {ATTN_PATH_FAST, 1, 0, 1}},     // forward 64 rows per CTA, dq by fp32 atomics
     {"v2", {ATTN_PATH_FAST, 2, 1, 2}},     // default: forward 128 rows per CTA, deterministic 128-row dq kernel
     {"v1det", {ATTN_PATH_FAST, 1, 1, 1}},  // forward 64 rows, deterministic 64-row dq kernel
-    {"det2", {ATTN_PATH_FAST, 2, 1, 2, 1}},  // v2 + 128-key dk/dv kernel (SLLM_ATTN_BWD=det2; hd 128 runs det)
 };
 
 static void run_shape(Shape s, int do_simple, int do_fast) {
@@ -365,12 +364,7 @@ static void test_validate(void **state) {
     v = attention_variant_from_env();
     assert_int_equal(v.fwd_mt, 2);
     assert_int_equal(v.bwd_det, 1);
-    assert_int_equal(v.kv_wide, 0);
-    setenv("SLLM_ATTN_BWD", "det2", 1);
-    v = attention_variant_from_env();
-    assert_int_equal(v.bwd_det, 1);
     assert_int_equal(v.dq_mt, 2);
-    assert_int_equal(v.kv_wide, 1);
     unsetenv("SLLM_ATTN_FWD");
     unsetenv("SLLM_ATTN_BWD");
 }

@@ -1,6 +1,9 @@
 # sparsellm.c build.
-#   make            build every binary (CPU tools, CUDA binaries, tests, benchmarks)
-#   make test       build everything, run the CPU tests, run the GPU tests when a GPU is visible
+#   make            the product: CUDA binaries (train_gpt_relu, infer) and the CPU tools (tokenize, encode,
+#                   train_cpu, ref_export)
+#   make test       build and run the tests: the include-graph check, the two-unit link check, the CPU tests, and
+#                   the GPU tests when a GPU is visible (built either way)
+#   make bench      the benchmarks of dev/bench
 #   make clean
 # Options: GPU_ARCH (default Hopper sm_90a), NO_MPI=1, NO_NCCL=1, NVCC, CC.
 # A local dependency prefix in .deps/ (scripts/deps_unpack.sh) is used when present.
@@ -30,24 +33,27 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 HAVE_NVCC := $(if $(shell command -v $(NVCC) 2>/dev/null),1,)
 CUDA_LIBS := -lcublasLt -lcublas -lcuda -ldl
 
-# NCCL (multi-GPU) and MPI (launcher) are detected and optional.
+# NCCL (multi-GPU) and MPI (launcher) are detected here; no source uses them yet. A target whose sources need them
+# adds $(NCCL_FLAGS) / $(MPI_FLAGS) to its compile and $(NCCL_LIBS) / $(MPI_LIBS) to its link.
 ifeq ($(NO_NCCL),)
   ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
-    NVFLAGS += -DUSE_NCCL
-    CUDA_LIBS += -lnccl
+    HAVE_NCCL := 1
+    NCCL_FLAGS :=
+    NCCL_LIBS := -lnccl
   endif
 endif
 ifeq ($(NO_MPI),)
   MPI_INC := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openmpi/include /usr/include/openmpi /usr/include/x86_64-linux-gnu/openmpi))
   MPI_LIBDIR := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openmpi/lib))
   ifneq ($(and $(MPI_INC),$(wildcard $(MPI_INC)/mpi.h)),)
-    NVFLAGS += -DUSE_MPI -I$(MPI_INC)
-    CUDA_LIBS += $(if $(MPI_LIBDIR),-L$(MPI_LIBDIR)) -lmpi
+    HAVE_MPI := 1
+    MPI_FLAGS := -I$(MPI_INC)
+    MPI_LIBS := $(if $(MPI_LIBDIR),-L$(MPI_LIBDIR)) -lmpi
   endif
 endif
 
 # ---- C library shared by all binaries and tests --------------------------------------------
-LIB_SRCS := $(filter-out %_main.c,$(wildcard core/*.c dataloader/*.c))
+LIB_SRCS := $(filter-out %_main.c,$(wildcard core/*.c dataloader/*.c model/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libsllm.a
 
@@ -58,22 +64,26 @@ CPU_TESTS := $(patsubst test/%.c,$(BUILD)/%,$(wildcard test/test_*.c))
 GPU_TESTS := $(patsubst test/gpu/%.cu,$(BUILD)/gpu_%,$(wildcard test/gpu/test_*.cu))
 
 # ---- binaries ------------------------------------------------------------------------------
-# Command-line tools: any <dir>/<name>_main.c becomes build/<name> (test/ tools link the CPU reference).
-TOOLS     := $(foreach f,$(wildcard dataloader/*_main.c core/*_main.c test/*_main.c),$(BUILD)/$(notdir $(f:_main.c=)))
+# Command-line tools: any <dir>/<name>_main.c becomes build/<name>.
+TOOLS     := $(foreach f,$(wildcard dataloader/*_main.c core/*_main.c model/*_main.c),$(BUILD)/$(notdir $(f:_main.c=)))
 CUDA_BINS := $(patsubst %.cu,$(BUILD)/%,$(wildcard train_gpt_relu.cu infer.cu))
 BENCHES   := $(patsubst dev/bench/%.cu,$(BUILD)/%,$(wildcard dev/bench/*.cu))
 
-ALL_CPU := $(LIB) $(TOOLS) $(CPU_TESTS)
-ALL_GPU := $(CUDA_BINS) $(GPU_TESTS) $(BENCHES)
+# Two translation units that include every model header, linked into one binary: proves that any two units may
+# include any header (kernels and non-inline functions in headers are static).
+LINK_CHECK := $(BUILD)/link_check
 
-.PHONY: all cpu gpu test clean
+.PHONY: all cpu gpu tests-cpu tests-gpu test bench include-graph clean
 .SECONDARY: $(TEST_SUPPORT_OBJS) $(LIB_OBJS)
 all: cpu gpu
-cpu: $(ALL_CPU)
+cpu: $(LIB) $(TOOLS)
+tests-cpu: $(CPU_TESTS)
 ifeq ($(HAVE_NVCC),1)
-gpu: $(ALL_GPU)
+gpu: $(CUDA_BINS)
+tests-gpu: $(GPU_TESTS) $(LINK_CHECK)
+bench: $(BENCHES)
 else
-gpu:
+gpu tests-gpu bench:
 	@echo "nvcc not found: CUDA targets not built (install the CUDA toolkit; see scripts/setup.sh)"
 endif
 
@@ -93,9 +103,9 @@ $(BUILD)/%: core/%_main.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -MF $@.d $< -o $@ $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
 
-$(BUILD)/%: test/%_main.c $(TEST_SUPPORT_OBJS) $(LIB)
+$(BUILD)/%: model/%_main.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itest -MMD -MP -MF $@.d $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -MP -MF $@.d $< -o $@ $(LIB) $(LDFLAGS_DEPS) $(LDLIBS)
 
 $(BUILD)/test_%: test/test_%.c $(TEST_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
@@ -113,11 +123,20 @@ $(BUILD)/%: dev/bench/%.cu $(TEST_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -Itest $< -o $@ $(TEST_SUPPORT_OBJS) $(LIB) $(NVLDFLAGS_DEPS) $(LDLIBS) $(CUDA_LIBS)
 
-# Header dependencies of CUDA targets: rebuild when any header changes.
-CUDA_HEADERS := $(wildcard core/*.h core/*.cuh twell/*.h twell/*.cuh dataloader/*.h test/*.h dev/bench/*.cuh)
-$(CUDA_BINS) $(GPU_TESTS) $(BENCHES): $(CUDA_HEADERS)
+$(LINK_CHECK): test/link/link_a.cu test/link/link_b.cu $(LIB)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) test/link/link_a.cu test/link/link_b.cu -o $@ $(LIB) $(NVLDFLAGS_DEPS) $(LDLIBS) $(CUDA_LIBS)
 
-test: all
+# Header dependencies of CUDA targets: rebuild when any header changes.
+CUDA_HEADERS := $(wildcard core/*.h core/*.cuh twell/*.h twell/*.cuh model/*.h model/*.cuh dataloader/*.h test/*.h \
+                  dev/bench/*.cuh)
+$(CUDA_BINS) $(GPU_TESTS) $(BENCHES) $(LINK_CHECK): $(CUDA_HEADERS)
+
+# The folder graph of #include "..." (arrows one way: core/ -> twell/ -> model/ -> binaries); fails on a cycle.
+include-graph:
+	@bash scripts/include_graph.sh
+
+test: include-graph all tests-cpu tests-gpu
 	@bash test/run_tests.sh $(CPU_TESTS) -- $(GPU_TESTS)
 
 clean:

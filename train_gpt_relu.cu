@@ -24,7 +24,7 @@
 #include "dataloader/tokenizer.h"
 #include "logger.h"
 #include "lr_schedule.h"
-#include "model.cuh"
+#include "model/train_model.cuh"
 #include "rng.h"
 #include "sampler.h"
 

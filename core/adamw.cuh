@@ -37,7 +37,7 @@ __device__ __forceinline__ float adamw_clip(const float *norm, float max_norm) {
     return clip;
 }
 
-__global__ void adamw_kernel(bf16 *param, float *master, float *m, float *v, const float *grad, size_t n, float lr,
+static __global__ void adamw_kernel(bf16 *param, float *master, float *m, float *v, const float *grad, size_t n, float lr,
                              float b1, float b2, float eps, float wd, float bc1, float bc2, const float *norm,
                              float max_norm) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -61,7 +61,7 @@ typedef struct {
     int count;
 } AdamWSegments;
 
-__global__ void __launch_bounds__(256) adamw_multi_kernel(bf16 *param, float *master, float *m, float *v,
+static __global__ void __launch_bounds__(256) adamw_multi_kernel(bf16 *param, float *master, float *m, float *v,
                                                           const float *grad, AdamWSegments seg, float lr, float b1,
                                                           float b2, float eps, float bc1, float bc2, const float *norm,
                                                           float max_norm) {
@@ -121,17 +121,6 @@ static inline void adamw_update(bf16 *param, float *master, float *m, float *v, 
     adamw_kernel<<<(unsigned)ceil_div_sz(n, 256), 256, 0, stream>>>(param, master, m, v, grad, n, hp->lr, hp->beta1,
                                                                     hp->beta2, hp->eps, wd, bc1, bc2, norm_dev,
                                                                     hp->max_norm);
-    cudaCheckLaunch();
-}
-
-// fp32 -> bf16 copy (round to nearest even), e.g. working weights from master weights.
-__global__ void f32_to_bf16_kernel(bf16 *dst, const float *src, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = __float2bfloat16_rn(src[i]);
-}
-static inline void f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t stream) {
-    if (n == 0) return;
-    f32_to_bf16_kernel<<<(unsigned)ceil_div_sz(n, 256), 256, 0, stream>>>(dst, src, n);
     cudaCheckLaunch();
 }
 

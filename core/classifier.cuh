@@ -18,7 +18,7 @@ __device__ __forceinline__ void online_update(float &m, float &s, float x) {
     else s += __expf(x - m);
 }
 
-__global__ void fused_classifier_kernel(bf16 *logits, float *losses, const int *targets, int V, float dloss,
+static __global__ void fused_classifier_kernel(bf16 *logits, float *losses, const int *targets, int V, float dloss,
                                         int write_grad) {
     __shared__ float sh[32];
     int row = blockIdx.x;

@@ -16,7 +16,7 @@
 
 #include "kernel_utils.cuh"
 
-__global__ void embedding_forward_kernel(bf16 *out, const int *tokens, const bf16 *E, int N, int D) {
+static __global__ void embedding_forward_kernel(bf16 *out, const int *tokens, const bf16 *E, int N, int D) {
     size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (idx >= (size_t)N * D) return;
     int n = (int)(idx / D), c = (int)(idx % D);
@@ -34,7 +34,7 @@ static inline void embedding_forward(bf16 *out, const int *tokens, const bf16 *E
 // of ints used. `pairs` must hold N uint64. Distinct tokens are listed in ascending id order and positions
 // ascend inside each bucket: (token, position) pairs packed in 64 bits are sorted by an LSD radix sort on the
 // token (11-bit digits, only as many passes as the largest id needs; stable, so positions stay ascending).
-// O(N): ~50 us for N = 8192 where qsort took ~0.5 ms of host time per micro-step (GPU idle at a step start).
+// O(N): ~50 us for N = 8192 (a qsort takes ~0.5 ms of host time per micro-step, with the GPU idle at a step start).
 static inline int embedding_build_buckets(int *table, uint64_t *pairs, const int *tokens, int N) {
     uint32_t maxtok = 0;
     for (int n = 0; n < N; n++) {
@@ -68,7 +68,7 @@ static inline int embedding_build_buckets(int *table, uint64_t *pairs, const int
 }
 
 // One block per distinct token; threads over D (8 channels each).
-__global__ void embedding_backward_kernel(float *dE, const bf16 *dout, const int *table, int D) {
+static __global__ void embedding_backward_kernel(float *dE, const bf16 *dout, const int *table, int D) {
     int U = table[0];
     int u = blockIdx.x;
     if (u >= U) return;

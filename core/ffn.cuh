@@ -5,7 +5,7 @@
 //   non-gated:  gu [1, N, F] bf16 = (u = x Wu^T);              h = relu(u)
 //   N = tokens (B*T), F = d_ff, F % 8 == 0.
 //
-// Statistics (forward, optional, all on the device, no host sync; deterministic):
+// Statistics (forward, each optional, all on the device, no host sync; deterministic):
 //   l1_part [FFN_STAT_BLOCKS] fp32  l1_part[b] += sum over block b's elements of |h| (h in fp32 before
 //                                   rounding); the grid is always FFN_STAT_BLOCKS blocks so the split is fixed.
 //   nnz     [1] u64                 += number of (token, unit) pairs with gate > 0 (non-gated: u > 0)
@@ -26,12 +26,13 @@
 
 #define FFN_STAT_BLOCKS 1024
 #define FFN_THREADS 256
+#define FFN_MAX_BLOCKS (132 * 32)  // grid cap without the L1 statistics (grid-stride loop)
 
+// h = relu(g) * u (non-gated: relu(g), u unused) over n = N * F elements; h may alias g (each element is read
+// before the same thread writes it). Each counter is optional (NULL: not kept).
 template <int GATED>
-__global__ void ffn_forward_kernel(bf16 *h, const bf16 *gu, size_t n, int F, float *l1_part,
-                                   unsigned long long *nnz, uint8_t *fired) {
-    const bf16 *g = gu;
-    const bf16 *u = GATED ? gu + n : gu;
+static __global__ void ffn_forward_kernel(bf16 *h, const bf16 *g, const bf16 *u, size_t n, int F, float *l1_part,
+                                          unsigned long long *nnz, uint8_t *fired) {
     float l1 = 0.0f;
     unsigned cnt = 0;
     size_t stride = (size_t)gridDim.x * blockDim.x * 8;
@@ -39,27 +40,28 @@ __global__ void ffn_forward_kernel(bf16 *h, const bf16 *gu, size_t n, int F, flo
         float gv[8], uv[8], hv[8];
         load8_bf16(g + i, gv);
         if (GATED) load8_bf16(u + i, uv);
-        int col = (int)(i % F);
         // the 8 fired flags of this group in one 8-byte load (col % 8 == 0); a flag is written only the first
         // time its unit fires (benign byte races: every writer stores 1)
-        uint2 fw = l1_part ? *reinterpret_cast<const uint2 *>(fired + col) : make_uint2(0, 0);
+        const int col = fired ? (int)(i % F) : 0;
+        uint2 fw = fired ? *reinterpret_cast<const uint2 *>(fired + col) : make_uint2(0, 0);
         const uint8_t *fb = reinterpret_cast<const uint8_t *>(&fw);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             bool on = gv[j] > 0.0f;
             hv[j] = GATED ? (on ? gv[j] * uv[j] : 0.0f) : (on ? gv[j] : 0.0f);
-            if (l1_part) {
-                l1 += fabsf(hv[j]);
-                cnt += on;
-                if (on && !fb[j]) fired[col + j] = 1;
-            }
+            l1 += fabsf(hv[j]);
+            cnt += on;
+            if (fired && on && !fb[j]) fired[col + j] = 1;
         }
         store8_bf16(h + i, hv);
     }
     if (l1_part) {
         __shared__ float sh[32];
-        __shared__ unsigned shc[32];
         float bl1 = block_sum(l1, sh);
+        if (threadIdx.x == 0) l1_part[blockIdx.x] += bl1;
+    }
+    if (nnz) {
+        __shared__ unsigned shc[32];
         unsigned c = __reduce_add_sync(0xffffffffu, cnt);
         int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         if (lane == 0) shc[warp] = c;
@@ -67,28 +69,32 @@ __global__ void ffn_forward_kernel(bf16 *h, const bf16 *gu, size_t n, int F, flo
         if (threadIdx.x == 0) {
             unsigned long long tot = 0;
             for (int w = 0; w < (int)(blockDim.x >> 5); w++) tot += shc[w];
-            l1_part[blockIdx.x] += bl1;
             if (tot) atomicAdd(nnz, tot);
         }
     }
 }
 
-// h = relu(g) * u (or relu(u)); statistics when l1_part != NULL (then nnz and fired must be set too).
+// g [N, F] and u [N, F] in separate buffers (u unused when !gated); h [N, F] may be g. Counters optional, each
+// NULL or set on its own. With l1_part the grid is FFN_STAT_BLOCKS blocks (a fixed split of the L1 sum);
+// without, at most FFN_MAX_BLOCKS (a grid-stride loop).
+static inline void ffn_forward_split(bf16 *h, const bf16 *g, const bf16 *u, int N, int F, int gated, float *l1_part,
+                                     unsigned long long *nnz, uint8_t *fired, cudaStream_t stream) {
+    if (F % 8) SLLM_FATAL("ffn_forward: d_ff=%d must be a multiple of 8", F);
+    size_t n = (size_t)N * F;
+    size_t blocks = ceil_div_sz(n / 8, FFN_THREADS);
+    unsigned grid = l1_part ? FFN_STAT_BLOCKS : (unsigned)(blocks < FFN_MAX_BLOCKS ? (blocks ? blocks : 1) : FFN_MAX_BLOCKS);
+    if (gated) ffn_forward_kernel<1><<<grid, FFN_THREADS, 0, stream>>>(h, g, u, n, F, l1_part, nnz, fired);
+    else ffn_forward_kernel<0><<<grid, FFN_THREADS, 0, stream>>>(h, g, g, n, F, l1_part, nnz, fired);
+    cudaCheckLaunch();
+}
+// gu [G, N, F] packed (gate then up).
 static inline void ffn_forward(bf16 *h, const bf16 *gu, int N, int F, int gated, float *l1_part,
                                unsigned long long *nnz, uint8_t *fired, cudaStream_t stream) {
-    if (F % 8) SLLM_FATAL("ffn_forward: d_ff=%d must be a multiple of 8", F);
-    if (l1_part && (!nnz || !fired)) SLLM_FATAL("ffn_forward: statistics need l1_part, nnz and fired together");
-    size_t n = (size_t)N * F;
-    unsigned grid = FFN_STAT_BLOCKS;
-    if (!l1_part) grid = (unsigned)(ceil_div_sz(n / 8, FFN_THREADS) < 65535 ? ceil_div_sz(n / 8, FFN_THREADS) : 65535);
-    if (grid == 0) grid = 1;
-    if (gated) ffn_forward_kernel<1><<<grid, FFN_THREADS, 0, stream>>>(h, gu, n, F, l1_part, nnz, fired);
-    else ffn_forward_kernel<0><<<grid, FFN_THREADS, 0, stream>>>(h, gu, n, F, l1_part, nnz, fired);
-    cudaCheckLaunch();
+    ffn_forward_split(h, gu, gated ? gu + (size_t)N * F : gu, N, F, gated, l1_part, nnz, fired, stream);
 }
 
 template <int GATED>
-__global__ void ffn_backward_kernel(bf16 *dgu, const bf16 *dh, const bf16 *gu, size_t n, float l1_coef) {
+static __global__ void ffn_backward_kernel(bf16 *dgu, const bf16 *dh, const bf16 *gu, size_t n, float l1_coef) {
     size_t stride = (size_t)gridDim.x * blockDim.x * 8;
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i < n; i += stride) {
         float gv[8], uv[8], d[8], dg[8], du[8];

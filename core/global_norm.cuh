@@ -11,7 +11,7 @@
 
 #define GLOBAL_NORM_BLOCKS 1024
 
-__global__ void global_norm_partial_kernel(float *partial, const float *g, size_t n) {
+static __global__ void global_norm_partial_kernel(float *partial, const float *g, size_t n) {
     __shared__ float sh[32];
     float acc = 0.0f;
     size_t stride = (size_t)gridDim.x * blockDim.x * 4;
@@ -26,7 +26,7 @@ __global__ void global_norm_partial_kernel(float *partial, const float *g, size_
     acc = block_sum(acc, sh);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
-__global__ void global_norm_final_kernel(float *out, const float *partial, int nparts) {
+static __global__ void global_norm_final_kernel(float *out, const float *partial, int nparts) {
     __shared__ double sh[32];
     double acc = 0.0;
     for (int i = threadIdx.x; i < nparts; i += blockDim.x) acc += (double)partial[i];

@@ -1,6 +1,7 @@
-// core/kernel_utils.cuh: small device helpers shared by the trainer's kernels.
+// core/kernel_utils.cuh: small device helpers shared by the kernels of core/, twell/ and model/.
 //   - 16-byte vector loads/stores of 8 bf16 values converted to/from fp32 registers
 //   - deterministic block reductions (fixed order: warp shuffle tree, then warp 0 over the warp sums)
+//   - sum_floats (one-block deterministic sum) and f32_to_bf16 (fp32 -> bf16 copy, round to nearest even)
 // Every helper here is deterministic: the same inputs and launch shape give bit-identical results.
 #ifndef SLLM_KERNEL_UTILS_CUH
 #define SLLM_KERNEL_UTILS_CUH
@@ -66,7 +67,7 @@ __device__ __forceinline__ double block_sum_d(double v, double *shared) {
 
 // Sum n floats in a fixed order with ONE block, and write (or add) the result to *out.
 // Used for per-token losses and partial sums: deterministic, no atomics.
-__global__ void sum_floats_kernel(float *out, const float *x, size_t n, int accumulate) {
+static __global__ void sum_floats_kernel(float *out, const float *x, size_t n, int accumulate) {
     __shared__ double sh[32];
     double acc = 0.0;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) acc += (double)x[i];
@@ -75,6 +76,17 @@ __global__ void sum_floats_kernel(float *out, const float *x, size_t n, int accu
 }
 static inline void sum_floats(float *out, const float *x, size_t n, int accumulate, cudaStream_t stream) {
     sum_floats_kernel<<<1, 1024, 0, stream>>>(out, x, n, accumulate);
+    cudaCheckLaunch();
+}
+
+// fp32 -> bf16 copy (round to nearest even), e.g. working weights from master weights.
+static __global__ void f32_to_bf16_kernel(bf16 *dst, const float *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = __float2bfloat16_rn(src[i]);
+}
+static inline void f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    f32_to_bf16_kernel<<<(unsigned)ceil_div_sz(n, 256), 256, 0, stream>>>(dst, src, n);
     cudaCheckLaunch();
 }
 

@@ -28,7 +28,7 @@
 #define KVA_THREADS 128
 #define KVA_PART_FLOATS 1024  // G * hd <= 128 / (hd / 8) * hd = 1024
 
-__global__ void __launch_bounds__(KVA_THREADS)
+static __global__ void __launch_bounds__(KVA_THREADS)
 kv_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int T, int pos0, const int *pos0_dev,
                     int S, int H, int KVH, int hd, float scale) {
     extern __shared__ float kva_smem[];
@@ -146,7 +146,7 @@ static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const 
 
 // The new rows into the cache: kc[b, pos0 + t] = k[b, t], vc likewise (rows of KV = KVH * hd elements, KV % 8 == 0).
 // One thread per 16 bytes. The caller guarantees pos0 + T <= S (infer_forward checks its host-side position).
-__global__ void kv_cache_write_kernel(bf16 *kc, bf16 *vc, const bf16 *k, const bf16 *v, int T, int pos0,
+static __global__ void kv_cache_write_kernel(bf16 *kc, bf16 *vc, const bf16 *k, const bf16 *v, int T, int pos0,
                                       const int *pos0_dev, int S, int KV, size_t n16) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= 2 * n16) return;

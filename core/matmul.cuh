@@ -187,7 +187,7 @@ static inline int matmul_lt(MatmulContext *ctx, void *out, int out_f32, long lon
     if (!hit) {
         // The heuristic's first algorithm, except for the ReLU bit-mask epilogue: there its first pick (192x192
         // tiles on the H200 at the gate's shapes) is 12-20% slower than its 128x128 candidate (0.56-0.59 vs
-        // 0.49-0.50 ms per 16384 x 5632 x 2048 chunk, 2.47 vs 2.17 ms at M 65536; runs 37-38 of dev/RESULTS.md),
+        // 0.49-0.50 ms per 16384 x 5632 x 2048 chunk, 2.47 vs 2.17 ms at M 65536, measured on the H200),
         // so a 128x128 candidate is preferred when the heuristic offers one. Deterministic (no timing).
         cublasLtMatmulHeuristicResult_t cand[16];
         int found = 0;

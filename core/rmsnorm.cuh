@@ -18,7 +18,7 @@
 #define RMSNORM_WARPS 4  // rows per block in the row kernels
 
 // a_plus_b: if b != NULL, x = round_bf16(a + b) is written to res and normalised; else x = a.
-__global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, bf16 *res, const bf16 *a, const bf16 *b,
+static __global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, bf16 *res, const bf16 *a, const bf16 *b,
                                        const bf16 *w, int N, int D, float eps) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int row = blockIdx.x * RMSNORM_WARPS + warp;
@@ -73,7 +73,7 @@ static inline void fused_residual_rmsnorm_forward(bf16 *res, bf16 *out, float *r
 }
 
 // Row part of the backward: dres = (accumulate ? dres : 0) + dx.
-__global__ void rmsnorm_backward_dx_kernel(bf16 *dres, const bf16 *dy, const bf16 *x, const bf16 *w,
+static __global__ void rmsnorm_backward_dx_kernel(bf16 *dres, const bf16 *dy, const bf16 *x, const bf16 *w,
                                            const float *rstd, int N, int D, int accumulate) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int row = blockIdx.x * RMSNORM_WARPS + warp;
@@ -110,7 +110,7 @@ __global__ void rmsnorm_backward_dx_kernel(bf16 *dres, const bf16 *dy, const bf1
 // Column part of the backward, stage 1: partial[s, d] = sum over rows of split s of dy*x*rstd.
 // Block = 32 x 8 threads; threadIdx.x covers 2 adjacent columns (64 per block), threadIdx.y rows.
 #define RMSNORM_DW_SPLITS 64
-__global__ void rmsnorm_backward_dw_partial_kernel(float *partial, const bf16 *dy, const bf16 *x, const float *rstd,
+static __global__ void rmsnorm_backward_dw_partial_kernel(float *partial, const bf16 *dy, const bf16 *x, const float *rstd,
                                                    int N, int D) {
     __shared__ float sh[8][64];
     int c = blockIdx.x * 64 + threadIdx.x * 2;
@@ -138,7 +138,7 @@ __global__ void rmsnorm_backward_dw_partial_kernel(float *partial, const bf16 *d
     }
 }
 // Stage 2: dw[d] (+)= sum_s partial[s, d] (fixed order); accumulate_dw = 0 overwrites dw.
-__global__ void rmsnorm_backward_dw_final_kernel(float *dw, const float *partial, int D, int accumulate_dw) {
+static __global__ void rmsnorm_backward_dw_final_kernel(float *dw, const float *partial, int D, int accumulate_dw) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= D) return;
     float s = 0.0f;

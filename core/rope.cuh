@@ -25,9 +25,16 @@ static inline void rope_build_table(float *table, int T_max, int hd, double thet
             table[((size_t)t * h2 + i) * 2 + 1] = (float)sin(ang);
         }
 }
+// Device: table [T_max, hd] fp32 for positions 0 .. T_max - 1, built on the host and copied (synchronous).
+static inline void rope_upload_table(float *dev, int T_max, int hd, double theta) {
+    float *tab = (float *)sllm_malloc((size_t)T_max * hd * sizeof(float));
+    rope_build_table(tab, T_max, hd, theta);
+    cudaCheck(cudaMemcpy(dev, tab, (size_t)T_max * hd * sizeof(float), cudaMemcpyHostToDevice));
+    free(tab);
+}
 
 // One thread per (row, head, i < hd/2) pair.
-__global__ void rope_kernel(bf16 *x, const float *table, int N, int T, int pos0, const int *pos0_dev, int nh, int hd,
+static __global__ void rope_kernel(bf16 *x, const float *table, int N, int T, int pos0, const int *pos0_dev, int nh, int hd,
                             float sign) {
     int h2 = hd / 2;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -45,7 +52,7 @@ __global__ void rope_kernel(bf16 *x, const float *table, int N, int T, int pos0,
 }
 // Vectorized: one thread per (row, head, group of 8 pairs); needs hd % 16 == 0 (16-byte accesses). q [N, nhq, hd]
 // and k [N, nhk, hd] in ONE launch (heads 0..nhq-1 of a row are q's, the rest k's); nhk may be 0.
-__global__ void rope_qk_vec_kernel(bf16 *q, int nhq, bf16 *k, int nhk, const float *table, int N, int T, int pos0,
+static __global__ void rope_qk_vec_kernel(bf16 *q, int nhq, bf16 *k, int nhk, const float *table, int N, int T, int pos0,
                                    const int *pos0_dev, int hd, float sign) {
     const int h2 = hd / 2, groups = h2 / 8, nh = nhq + nhk;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

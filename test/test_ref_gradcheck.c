@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "ref_model.h"
+#include "model/ref_model.h"
 #include "rng.h"
 
 #define FD_H 5e-4

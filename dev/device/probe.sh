@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
   python3 -c 'import torch, transformers, tokenizers, safetensors; print(torch.__version__, transformers.__version__, tokenizers.__version__, safetensors.__version__, torch.cuda.get_device_name(0))'
   ldconfig -p | grep -E "cjson|pcre2|cmocka"
   set +x
-  time make -j16 all 2>&1 | tail -20
+  time make -j16 all tests-cpu tests-gpu bench 2>&1 | tail -20
   make test 2>&1 | tail -30
 } > "$OUT/probe.log" 2>&1
 tail -60 "$OUT/probe.log"

@@ -29,8 +29,8 @@ extern "C" {
 #include <string.h>
 #include <time.h>
 
-#include "infer_model.cuh"
-#include "ref_model.h"
+#include "model/infer_engine.cuh"
+#include "model/ref_model.h"
 #include "rng.h"
 #include "test_util.h"
 

@@ -27,7 +27,7 @@ extern "C" {
 #include "ffn.cuh"
 #include "global_norm.cuh"
 #include "matmul.cuh"
-#include "ref_model.h"
+#include "model/ref_model.h"
 #include "test_util.h"
 #include "rmsnorm.cuh"
 #include "rng.h"

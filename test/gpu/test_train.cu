@@ -41,8 +41,8 @@ extern "C" {
 #include <unistd.h>
 
 #include "dataloader/shard.h"
-#include "model.cuh"
-#include "ref_model.h"
+#include "model/train_model.cuh"
+#include "model/ref_model.h"
 #include "test_util.h"
 #include "rng.h"
 

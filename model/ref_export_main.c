@@ -2,7 +2,7 @@
 // (dev/hf_interop.py). For each of two tiny gated configs, "mha" and "gqa", it writes the checkpoint
 // directory OUT_DIR/<name>/ (model.safetensors in F32 + config.json) and OUT_DIR/<name>/reference.json:
 //   {"config": "<name>", "tokens": [T ints], "T": T, "V": V, "logits": [T*V doubles, row-major [T, V]]}
-// The logits come from the float64 CPU reference (test/ref_model.c) run on exactly the float32 weights
+// The logits come from the float64 CPU reference (model/ref_model.c) run on exactly the float32 weights
 // that were written. Weights are drawn larger than the training init (std 0.1, norm gains 1 +- 0.2)
 // so that attention, RoPE and the FFN all shape the logits.
 #include <errno.h>
@@ -13,7 +13,7 @@
 
 #include "checkpoint.h"
 #include "common.h"
-#include "ref_model.h"
+#include "model/ref_model.h"
 #include "rng.h"
 
 static void export_one(const char *out_dir, const char *name, int H, int KVH, int hd, uint64_t seed) {

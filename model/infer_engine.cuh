@@ -1,6 +1,7 @@
-// core/infer_model.cuh: the inference engine of infer.cu (and its GPU test): the model of core/model.cuh without
-// training state, a KV cache, and the FFN through the TwELL kernels (twell/ffn.cuh: dense / sparse dispatch per layer,
-// the exact decode path at <= 64 rows) or through the dense cuBLASLt path.
+// model/infer_engine.cuh: the inference engine of infer.cu (and its GPU test): the weights and the block of
+// model/weights.cuh and model/block.cuh without training state, a KV cache, and the FFN through the TwELL kernels
+// (twell/ffn.cuh: dense / sparse dispatch per layer, the exact decode path at <= 64 rows) or through the dense FFN of
+// model/block.cuh (the trainer's).
 //
 // B sequences advance together: infer_forward takes T new tokens of each (a prompt chunk, or T = 1 when decoding) at
 // positions pos .. pos + T - 1, pos = tokens already in the cache (the same for every sequence).
@@ -21,16 +22,15 @@
 // path with its graph model (twell/ffn.cuh), and that choice stays for the graph's life. Graphs are used when no FFN call
 // of a step can need a host sync: the dense mode, or B <= the TwELL decode path's rows (64).
 // AUTO calibration (calibrate = 1): the first call of a layer with >= INFER_CALIBRATE_MIN_ROWS rows fits that layer's
-// tile-path dispatch model on its own input (twell_ffn_calibrate), since the built-in model was fitted at D 2048, F 5632,
-// M 65536 on the H200 and small models or short prompts shift the crossover.
+// tile-path dispatch model on its own input (twell_ffn_calibrate): the built-in model is fitted at D 2048, F 5632,
+// M 65536 on the H200, and small models or short prompts shift the crossover.
 // FFN statistics: the dense mode counts active gates per layer on the device (ffn_forward's counters); the TwELL modes
 // keep each layer's TwellFFNResult counts (path taken, overflow rows, mean active gates where measured).
-#ifndef SLLM_INFER_MODEL_CUH
-#define SLLM_INFER_MODEL_CUH
+#ifndef SLLM_INFER_ENGINE_CUH
+#define SLLM_INFER_ENGINE_CUH
 
 #include <stdint.h>
 
-#include "adamw.cuh"  // f32_to_bf16
 #include "attention.cuh"
 #include "config.h"
 #include "embedding.cuh"
@@ -40,6 +40,8 @@
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "twell/ffn.cuh"
+#include "model/block.cuh"
+#include "model/weights.cuh"
 
 typedef enum { INFER_FFN_AUTO = 0, INFER_FFN_DENSE = 1, INFER_FFN_SPARSE = 2 } InferFFN;
 static inline const char *infer_ffn_name(InferFFN f) {
@@ -93,13 +95,10 @@ static inline void infer_stats_add(InferLayerStats *a, const InferLayerStats *b,
     a->nnz_rows += sign * b->nnz_rows;
 }
 
-static inline bf16 *infer_w(const Infer *m, ParamKind k, int l) {
-    const ParamTensor *t = &m->lay.t[k];
-    return m->params + t->offset + (t->per_layer ? (size_t)l * t->rows * t->cols : 0);
-}
+static inline bf16 *infer_w(const Infer *m, ParamKind k, int l) { return param_ptr(m->params, &m->lay, k, l); }
 
 // ---- transpose: out [C, R] = in [R, C]^T, bf16, 32 x 32 tiles through shared memory ----
-__global__ void infer_transpose_kernel(bf16 *out, const bf16 *in, int R, int C) {
+static __global__ void infer_transpose_kernel(bf16 *out, const bf16 *in, int R, int C) {
     __shared__ bf16 tile[32][33];
     const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
     for (int i = threadIdx.y; i < 32; i += blockDim.y) {
@@ -124,10 +123,7 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
                                 int verbose) {
     char err[256];
     memset(m, 0, sizeof *m);
-    if (config_validate(cfg, err, sizeof err) != 0) SLLM_FATAL("infer: invalid config: %s", err);
-    if (cfg->d_model % 8 || cfg->d_ff % 8 || (cfg->n_head * cfg->head_dim) % 8 || (cfg->n_kv_head * cfg->head_dim) % 8)
-        SLLM_FATAL("infer: d_model (%d), d_ff (%d), n_head*head_dim and n_kv_head*head_dim must be multiples of 8",
-                   cfg->d_model, cfg->d_ff);
+    weights_check_config(cfg, "infer");
     if (B < 1 || S < 1 || chunk < 1) SLLM_FATAL("infer: sequences (%d), context (%d) and chunk (%d) must be >= 1", B, S, chunk);
     if (chunk > S) chunk = S;
     if (attention_validate(B, chunk, cfg->n_head, cfg->n_kv_head, cfg->head_dim, err, sizeof err) != 0)
@@ -187,10 +183,7 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
     if (ae != cudaSuccess)
         SLLM_FATAL("infer: cannot allocate %.1f MiB of activations (%s); lower --chunk or --samples",
                    m->act_bytes / 1048576.0, cudaGetErrorString(ae));
-    float *tab = (float *)sllm_malloc((size_t)S * cfg->head_dim * 4);
-    rope_build_table(tab, S, cfg->head_dim, cfg->rope_theta);
-    cudaCheck(cudaMemcpy(m->rope, tab, (size_t)S * cfg->head_dim * 4, cudaMemcpyHostToDevice));
-    free(tab);
+    rope_upload_table(m->rope, S, cfg->head_dim, cfg->rope_theta);
     cudaCheck(cudaMallocHost((void **)&m->h_tokens, N * sizeof(int)));
     cudaCheck(cudaMallocHost((void **)&m->h_pos, sizeof(int)));
     cudaCheck(cudaMallocHost((void **)&m->h_logits, lrows * V * sizeof(float)));
@@ -251,13 +244,12 @@ static inline void infer_params_ready(Infer *m) {
 }
 // Parameters from a host fp32 flat buffer (a checkpoint): rounded to bf16 as the trainer does (nearest even).
 static inline void infer_set_params(Infer *m, const float *host) {
-    const size_t n = m->lay.total;
-    float *tmp;
-    cudaCheck(cudaMalloc((void **)&tmp, n * 4));
-    cudaCheck(cudaMemcpy(tmp, host, n * 4, cudaMemcpyHostToDevice));
-    f32_to_bf16(m->params, tmp, n, m->stream);
-    cudaCheck(cudaStreamSynchronize(m->stream));
-    cudaCheck(cudaFree(tmp));
+    params_upload(m->params, NULL, host, m->lay.total, m->stream);
+    infer_params_ready(m);
+}
+// Random weights (model/weights.cuh, the trainer's init for the same seed), for runs without a checkpoint.
+static inline void infer_init_random(Infer *m, uint64_t seed) {
+    params_init_random(m->params, NULL, &m->lay, seed, m->stream);
     infer_params_ready(m);
 }
 // Parameters already in bf16 on the device (a Model's working weights, or random weights for benchmarks).
@@ -274,22 +266,18 @@ static inline void infer_reset_stats(Infer *m) {
 }
 
 // The FFN of layer l on ln [N, D] -> y [N, D].
-static inline void infer_ffn(Infer *m, int l, int N) {
-    const ModelConfig *c = &m->cfg;
-    const int D = c->d_model, F = c->d_ff, L = c->n_layer;
+static inline void infer_ffn(Infer *m, const BlockShape *bs, const LayerWeights *w, int l, int N) {
+    const int D = bs->D, F = bs->F;
     cudaStream_t s = m->stream;
     InferLayerStats *st = &m->stats[l];
     if (m->ffn == INFER_FFN_DENSE) {
-        matmul_strided_batched(&m->mm, m->gu, 0, (long long)N * F, m->ln, 0, 0,
-                               infer_w(m, c->gated ? PARAM_WG : PARAM_WU, l), 1, (long long)L * F * D, m->G, N, F, D,
-                               1.0f, 0.0f, s);
-        ffn_forward(m->h, m->gu, N, F, c->gated, m->l1_part, m->nnz + l, m->fired + (size_t)l * F, s);
-        matmul(&m->mm, m->y, 0, m->h, 0, infer_w(m, PARAM_WD, l), 1, N, D, F, 1.0f, 0.0f, s);
+        const FFNStats fs = {m->l1_part, m->nnz + l, m->fired + (size_t)l * F};
+        block_ffn_dense(&m->mm, bs, w, m->y, m->gu, m->h, m->ln, N, &fs, NULL, s);
         st->nnz_rows += N;
         return;
     }
     TwellFFNWorkspace *ws = &m->ws[l];
-    const bf16 *Wg = c->gated ? infer_w(m, PARAM_WG, l) : NULL, *Wu = infer_w(m, PARAM_WU, l);
+    const bf16 *Wg = w->wg, *Wu = w->wu;
     const bf16 *WdT = m->wdT + (size_t)l * F * D;
     if (m->ffn == INFER_FFN_AUTO && m->calibrate && ws->model.calibrated == 0 && N >= INFER_CALIBRATE_MIN_ROWS) {
         cudaStreamCaptureStatus cap;
@@ -342,30 +330,18 @@ static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
     const size_t layer_kv = (size_t)B * S * KV;
     embedding_forward(m->x, m->tokens, infer_w(m, PARAM_EMBED, 0), N, D, s);
     rmsnorm_forward(m->ln, m->rstd, m->x, infer_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
+    const BlockShape bs = block_shape(c);
     for (int l = 0; l < L; l++) {
+        const LayerWeights w = layer_weights(m->params, &m->lay, c, l);
         bf16 *q = m->qkv, *k = q + (size_t)N * Q, *v = k + (size_t)N * KV;
-        if (Q == KV)
-            matmul_strided_batched(&m->mm, q, 0, (long long)N * Q, m->ln, 0, 0, infer_w(m, PARAM_WQ, l), 1,
-                                   (long long)L * Q * D, 3, N, Q, D, 1.0f, 0.0f, s);
-        else {
-            matmul(&m->mm, q, 0, m->ln, 0, infer_w(m, PARAM_WQ, l), 1, N, Q, D, 1.0f, 0.0f, s);
-            matmul(&m->mm, k, 0, m->ln, 0, infer_w(m, PARAM_WK, l), 1, N, KV, D, 1.0f, 0.0f, s);
-            matmul(&m->mm, v, 0, m->ln, 0, infer_w(m, PARAM_WV, l), 1, N, KV, D, 1.0f, 0.0f, s);
-        }
-        rope_forward_qk_at(q, H, k, KVH, m->rope, N, T, 0, m->d_pos, hd, s);
+        block_qkv_rope(&m->mm, &bs, &w, q, k, v, m->ln, m->rope, N, T, m->d_pos, s);
         bf16 *kc = m->kc + (size_t)l * layer_kv, *vc = m->vc + (size_t)l * layer_kv;
         kv_cache_write(kc, vc, k, v, B, T, 0, m->d_pos, S, KV, s);
         if (first_chunk) attention_forward(m->att, m->lse, q, k, v, B, T, H, KVH, hd, s);
         else kv_attention(m->att, q, kc, vc, B, T, 0, m->d_pos, S, H, KVH, hd, s);
-        matmul(&m->mm, m->y, 0, m->att, 0, infer_w(m, PARAM_WO, l), 1, N, D, Q, 1.0f, 0.0f, s);
-        fused_residual_rmsnorm_forward(m->xm, m->ln, m->rstd, m->x, m->y, infer_w(m, PARAM_FFN_NORM, l), N, D, eps, s);
-        infer_ffn(m, l, N);
-        if (l + 1 < L)
-            fused_residual_rmsnorm_forward(m->x, m->ln, m->rstd, m->xm, m->y, infer_w(m, PARAM_ATTN_NORM, l + 1), N, D,
-                                           eps, s);
-        else
-            fused_residual_rmsnorm_forward(m->x, m->lnf, m->rstd, m->xm, m->y, infer_w(m, PARAM_FINAL_NORM, 0), N, D,
-                                           eps, s);
+        block_attn_out(&m->mm, &bs, &w, m->xm, m->ln, m->rstd, m->x, m->y, m->att, N, s);
+        infer_ffn(m, &bs, &w, l, N);
+        block_ffn_out(&bs, &w, m->x, l + 1 < L ? m->ln : m->lnf, m->rstd, m->xm, m->y, N, s);
     }
     // tied LM head, fp32 logits, then to the host
     const bf16 *E = infer_w(m, PARAM_EMBED, 0);
@@ -475,4 +451,4 @@ static inline void infer_print_stats(Infer *m, FILE *f) {
     free(nnz);
 }
 
-#endif  // SLLM_INFER_MODEL_CUH
+#endif  // SLLM_INFER_ENGINE_CUH

@@ -1,5 +1,5 @@
-// test/train_cpu_main.c -> build/train_cpu: a small CPU trainer on the float64 reference model
-// (test/ref_model.h), for the quick start on machines without a GPU. Same data loader, LR schedule,
+// model/train_cpu_main.c -> build/train_cpu: a small CPU trainer on the float64 reference model
+// (model/ref_model.h), for the quick start on machines without a GPU. Same data loader, LR schedule,
 // AdamW and checkpoint format as the GPU trainer; slow (plain C, one thread), so keep models tiny.
 //
 //   build/train_cpu --train 'data/starter/brown_train_*.bin' --steps 30 --out out/cpu_quickstart
@@ -17,7 +17,7 @@
 #include "dataloader/tokenizer.h"
 #include "logger.h"
 #include "lr_schedule.h"
-#include "ref_model.h"
+#include "model/ref_model.h"
 
 int main(int argc, char **argv) {
     const char *train = NULL, *val = NULL, *out = NULL, *tokenizer = NULL, *schedule = "cosine";

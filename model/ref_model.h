@@ -1,4 +1,4 @@
-// test/ref_model.h: the CPU reference model, in float64. The executable definition of the model that
+// model/ref_model.h: the CPU reference model, in float64. The executable definition of the model that
 // every GPU kernel and the trainer are tested against. Plain C, no threads, no tricks: clarity first.
 //
 // Conventions (all buffers row-major, double):

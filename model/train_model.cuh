@@ -1,5 +1,6 @@
-// core/model.cuh: the Llama-style ReLU-FFN model on the GPU (dense FFN path): allocation, forward,
-// backward, gradient norm and AdamW. Shared by train_gpt_relu.cu and the GPU tests (and later infer.cu).
+// model/train_model.cuh: the Llama-style ReLU-FFN model for training on the GPU (dense FFN path): allocation,
+// forward, backward, gradient norm and AdamW. Used by train_gpt_relu.cu and the GPU tests. The parameters and the
+// forward block are those of model/weights.cuh and model/block.cuh, shared with the inference engine.
 //
 // Memory: ONE cudaMalloc each for the bf16 parameters, the fp32 gradients, the optimizer state
 // (fp32 master | m | v) and the activations (a table of named buffers, llm.c style; printed at start-up).
@@ -21,8 +22,8 @@
 // of N tokens each, the forward is called with dloss = 1/(A*N) and the backward with
 // l1_coef = lambda/(L*A*N), so the accumulated gradient is that of the mean over the whole step.
 // All statistics stay on the device until model_read_step (one sync per optimizer step).
-#ifndef SLLM_MODEL_CUH
-#define SLLM_MODEL_CUH
+#ifndef SLLM_TRAIN_MODEL_CUH
+#define SLLM_TRAIN_MODEL_CUH
 
 #include <stdint.h>
 
@@ -38,6 +39,8 @@
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "step_profiler.cuh"
+#include "model/block.cuh"
+#include "model/weights.cuh"
 
 typedef enum {
     MODEL_EVAL = 0,    // loss only (targets required)
@@ -94,30 +97,9 @@ static inline void model_mark(Model *m, int phase) {
     if (m->prof) prof_mark(m->prof, phase, m->stream);
 }
 
-// ---- parameter pointers --------------------------------------------------------------------------
-static inline size_t model_slice(const Model *m, ParamKind k, int l) {
-    const ParamTensor *t = &m->lay.t[k];
-    return t->offset + (t->per_layer ? (size_t)l * t->rows * t->cols : 0);
-}
-static inline bf16 *model_w(const Model *m, ParamKind k, int l) { return m->params + model_slice(m, k, l); }
-static inline float *model_g(const Model *m, ParamKind k, int l) { return m->grads + model_slice(m, k, l); }
-
-// ---- random init on the device (fast for the big presets; deterministic for a seed) ---------------
-__device__ __forceinline__ uint64_t model_mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-// out[i] = std * normal(hash(seed, i)) (Box-Muller on two 53-bit uniforms), or `fill` when std == 0.
-__global__ void model_init_kernel(float *out, size_t n, uint64_t seed, float stdv, float fill) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    if (stdv == 0.0f) { out[i] = fill; return; }
-    uint64_t a = model_mix64(seed ^ model_mix64(2 * i)), b = model_mix64(seed ^ model_mix64(2 * i + 1));
-    double u1 = ((a >> 11) + 1) * 0x1.0p-53, u2 = (b >> 11) * 0x1.0p-53;
-    out[i] = (float)(stdv * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
+// ---- parameter pointers (flat layout, model/weights.cuh) --------------------------------------------
+static inline bf16 *model_w(const Model *m, ParamKind k, int l) { return param_ptr(m->params, &m->lay, k, l); }
+static inline float *model_g(const Model *m, ParamKind k, int l) { return m->grads + param_offset(&m->lay, k, l); }
 
 // ---- allocation ----------------------------------------------------------------------------------
 static inline void model_print_bytes(FILE *f, const char *what, size_t b) {
@@ -131,10 +113,7 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
                                 int verbose) {
     char err[256];
     memset(m, 0, sizeof *m);
-    if (config_validate(cfg, err, sizeof err) != 0) SLLM_FATAL("model_create: invalid config: %s", err);
-    if (cfg->d_model % 8 || cfg->d_ff % 8 || (cfg->n_head * cfg->head_dim) % 8 || (cfg->n_kv_head * cfg->head_dim) % 8)
-        SLLM_FATAL("model_create: d_model (%d), d_ff (%d), n_head*head_dim and n_kv_head*head_dim must be multiples "
-                   "of 8 (16-byte vector accesses)", cfg->d_model, cfg->d_ff);
+    weights_check_config(cfg, "model_create");
     if (attention_validate(B, T, cfg->n_head, cfg->n_kv_head, cfg->head_dim, err, sizeof err) != 0)
         SLLM_FATAL("model_create: %s", err);
     if (recompute < 0 || recompute > 2) SLLM_FATAL("model_create: recompute must be 0, 1 or 2 (got %d)", recompute);
@@ -147,8 +126,8 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
     const size_t Q = m->Q, KV = m->KV, G = m->G, H = cfg->n_head;
     // Classifier chunk: up to 1 GiB of bf16 logits, split into EQUAL chunks (multiples of 64 rows where
     // possible): each chunk re-reads and re-writes the fp32 dE [V, D] (0.8 GB at V=49152, D=2048) and runs
-    // smaller GEMMs, so fewer, even chunks beat the old 256 MiB split 2730+2730+2730+2 (0.5B and 1.5B at
-    // 4 x 2048 tokens: ONE chunk of 8192 rows, 768 MiB of logits).
+    // smaller GEMMs, so few, even chunks are fastest (0.5B and 1.5B at 4 x 2048 tokens: ONE chunk of 8192
+    // rows, 768 MiB of logits).
     size_t max_rows = (1024u << 20) / (2 * V);
     if (max_rows < (size_t)T) max_rows = T;
     size_t nchunks = (N + max_rows - 1) / max_rows;
@@ -222,11 +201,7 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
     }
     m->targets = m->tokens + N;
     m->buckets = m->tokens + 2 * N;
-    // RoPE table
-    float *tab = (float *)sllm_malloc((size_t)Trope * cfg->head_dim * 4);
-    rope_build_table(tab, Trope, cfg->head_dim, cfg->rope_theta);
-    cudaCheck(cudaMemcpy(m->rope, tab, (size_t)Trope * cfg->head_dim * 4, cudaMemcpyHostToDevice));
-    free(tab);
+    rope_upload_table(m->rope, Trope, cfg->head_dim, cfg->rope_theta);
     cudaCheck(cudaMallocHost((void **)&m->h_stage, (5 * N + 2) * sizeof(int)));
     m->h_pairs = (uint64_t *)sllm_malloc(N * sizeof(uint64_t));
     cudaCheck(cudaEventRecord(m->stage_free, m->stream));
@@ -261,32 +236,9 @@ static inline void model_free(Model *m) {
 // ---- parameters and optimizer state in and out ----------------------------------------------------
 // Host fp32 flat buffer -> master (if any) and bf16 working weights (round to nearest even).
 static inline void model_set_params(Model *m, const float *host) {
-    size_t n = m->lay.total;
-    float *tmp = m->master;
-    if (!tmp) cudaCheck(cudaMalloc((void **)&tmp, n * 4));
-    cudaCheck(cudaMemcpy(tmp, host, n * 4, cudaMemcpyHostToDevice));
-    f32_to_bf16(m->params, tmp, n, m->stream);
-    cudaCheck(cudaStreamSynchronize(m->stream));
-    if (!m->master) cudaCheck(cudaFree(tmp));
+    params_upload(m->params, m->master, host, m->lay.total, m->stream);
 }
-// Device init of a flat parameter buffer: matrices and embedding ~ N(0, 0.02) (hash of seed, tensor, index), norm
-// gains = 1; fp32 into `master` (or a temporary buffer when NULL), then rounded to bf16 into params. Synchronizes.
-static inline void params_init_random(bf16 *params, float *master, const ParamLayout *lay, uint64_t seed,
-                                      cudaStream_t stream) {
-    size_t n = lay->total;
-    float *dst = master;
-    if (!dst) cudaCheck(cudaMalloc((void **)&dst, n * 4));
-    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
-        const ParamTensor *t = &lay->t[k];
-        if (t->numel == 0) continue;
-        model_init_kernel<<<(unsigned)ceil_div_sz(t->numel, 256), 256, 0, stream>>>(
-            dst + t->offset, t->numel, seed * 0x100000001b3ull + (uint64_t)k, t->is_norm ? 0.0f : 0.02f, 1.0f);
-        cudaCheckLaunch();
-    }
-    f32_to_bf16(params, dst, n, stream);
-    cudaCheck(cudaStreamSynchronize(stream));
-    if (!master) cudaCheck(cudaFree(dst));
-}
+// Random weights (model/weights.cuh, params_init_random), into the master weights too when present.
 static inline void model_init_random(Model *m, uint64_t seed) {
     params_init_random(m->params, m->master, &m->lay, seed, m->stream);
 }
@@ -362,7 +314,7 @@ static inline void model_forward(Model *m, const int *inputs, const int *targets
                                  float dloss) {
     const ModelConfig *c = &m->cfg;
     const int N = B * T, D = c->d_model, L = c->n_layer, F = c->d_ff, V = c->vocab_size, H = c->n_head,
-              KVH = c->n_kv_head, hd = c->head_dim, Q = m->Q, KV = m->KV, G = m->G;
+              KVH = c->n_kv_head, hd = c->head_dim;
     const size_t NA = m->N;
     if (B < 1 || T < 1 || T > m->T || (size_t)N > NA)
         SLLM_FATAL("model_forward: shape B=%d T=%d exceeds the allocated B*T=%d, T<=%d", B, T, m->N, m->T);
@@ -394,6 +346,7 @@ static inline void model_forward(Model *m, const int *inputs, const int *targets
     if (stats) m->stat_tokens += N;
 
     const float eps = c->norm_eps;
+    const BlockShape bs = block_shape(c);
     model_mark(m, PH_EMBED);
     embedding_forward(m->res, m->tokens, model_w(m, PARAM_EMBED, 0), N, D, s);
     for (int l = 0; l < L; l++) {
@@ -401,42 +354,22 @@ static inline void model_forward(Model *m, const int *inputs, const int *targets
         bf16 *x = a.x, *xm = a.xm, *ln1 = a.ln1, *ln2 = a.ln2, *q = a.q, *k = a.k, *v = a.v, *att = a.att, *gu = a.gu,
              *h = a.h;
         float *rstd1 = a.rstd1, *rstd2 = a.rstd2, *lse = a.lse;
+        const LayerWeights w = layer_weights(m->params, &m->lay, c, l);
         model_mark(m, PH_ATT_QKV);
-        if (l == 0) rmsnorm_forward(ln1, rstd1, x, model_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
-        // q, k, v = ln1 Wq^T, ln1 Wk^T, ln1 Wv^T (one batched GEMM for MHA: the three weights of a layer
-        // are L*Q*D elements apart in the flat buffer)
-        if (Q == KV)
-            matmul_strided_batched(&m->mm, q, 0, (long long)N * Q, ln1, 0, 0, model_w(m, PARAM_WQ, l), 1,
-                                   (long long)L * Q * D, 3, N, Q, D, 1.0f, 0.0f, s);
-        else {
-            matmul(&m->mm, q, 0, ln1, 0, model_w(m, PARAM_WQ, l), 1, N, Q, D, 1.0f, 0.0f, s);
-            matmul(&m->mm, k, 0, ln1, 0, model_w(m, PARAM_WK, l), 1, N, KV, D, 1.0f, 0.0f, s);
-            matmul(&m->mm, v, 0, ln1, 0, model_w(m, PARAM_WV, l), 1, N, KV, D, 1.0f, 0.0f, s);
-        }
-        rope_forward_qk(q, H, k, KVH, m->rope, N, T, hd, s);  // q and k in one launch
+        if (l == 0) rmsnorm_forward(ln1, rstd1, x, w.attn_norm, N, D, eps, s);
+        block_qkv_rope(&m->mm, &bs, &w, q, k, v, ln1, m->rope, N, T, NULL, s);
         model_mark(m, PH_ATT_CORE);
         attention_forward(att, lse, q, k, v, B, T, H, KVH, hd, s);
         model_mark(m, PH_ATT_OUT);
-        matmul(&m->mm, m->y, 0, att, 0, model_w(m, PARAM_WO, l), 1, N, D, Q, 1.0f, 0.0f, s);
-        fused_residual_rmsnorm_forward(xm, ln2, rstd2, x, m->y, model_w(m, PARAM_FFN_NORM, l), N, D, eps, s);
-        // gate and up in ONE strided-batched GEMM (Wg and Wu of a layer are L*F*D elements apart)
+        block_attn_out(&m->mm, &bs, &w, xm, ln2, rstd2, x, m->y, att, N, s);
         model_mark(m, PH_FFN_GU);
-        matmul_strided_batched(&m->mm, gu, 0, (long long)N * F, ln2, 0, 0,
-                               model_w(m, c->gated ? PARAM_WG : PARAM_WU, l), 1, (long long)L * F * D, G, N, F, D,
-                               1.0f, 0.0f, s);
-        model_mark(m, PH_FFN_ACT);
-        ffn_forward(h, gu, N, F, c->gated, stats ? m->l1_part + (size_t)l * FFN_STAT_BLOCKS : NULL,
-                    stats ? m->nnz + l : NULL, stats ? m->fired + (size_t)l * F : NULL, s);
-        model_mark(m, PH_FFN_DOWN);
-        matmul(&m->mm, m->y, 0, h, 0, model_w(m, PARAM_WD, l), 1, N, D, F, 1.0f, 0.0f, s);
-        if (l + 1 < L) {
-            bf16 *ln1n = m->ln1 + (m->recompute >= 2 ? 0 : l + 1) * NA * D;
-            fused_residual_rmsnorm_forward(m->res + (l + 1) * NA * D, ln1n, m->rstd1 + (l + 1) * NA, xm, m->y,
-                                           model_w(m, PARAM_ATTN_NORM, l + 1), N, D, eps, s);
-        } else {
-            fused_residual_rmsnorm_forward(m->res + (size_t)L * NA * D, m->lnf, m->rstdf, xm, m->y,
-                                           model_w(m, PARAM_FINAL_NORM, 0), N, D, eps, s);
-        }
+        const FFNStats fs = {m->l1_part + (size_t)l * FFN_STAT_BLOCKS, m->nnz + l, m->fired + (size_t)l * F};
+        block_ffn_dense(&m->mm, &bs, &w, m->y, gu, h, ln2, N, stats ? &fs : NULL, m->prof, s);
+        if (l + 1 < L)
+            block_ffn_out(&bs, &w, m->res + (l + 1) * NA * D, m->ln1 + (m->recompute >= 2 ? 0 : l + 1) * NA * D,
+                          m->rstd1 + (l + 1) * NA, xm, m->y, N, s);
+        else
+            block_ffn_out(&bs, &w, m->res + (size_t)L * NA * D, m->lnf, m->rstdf, xm, m->y, N, s);
     }
     // Tied LM head + fused classifier, chunked over tokens.
     const bf16 *E = model_w(m, PARAM_EMBED, 0);
@@ -622,4 +555,4 @@ static inline double model_flops_per_token(const ModelConfig *c, int T) {
     return 6.0 * (double)lay.total + 6.0 * c->n_layer * (double)T * c->n_head * c->head_dim;
 }
 
-#endif  // SLLM_MODEL_CUH
+#endif  // SLLM_TRAIN_MODEL_CUH

@@ -1,6 +1,6 @@
-// test/ref_model.c: the CPU reference model in float64. See ref_model.h for the definition and the
+// model/ref_model.c: the CPU reference model in float64. See ref_model.h for the definition and the
 // conventions (shapes, layouts, which outputs accumulate).
-#include "ref_model.h"
+#include "model/ref_model.h"
 
 #include <math.h>
 #include <string.h>

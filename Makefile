@@ -30,9 +30,13 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 HAVE_NVCC := $(if $(shell command -v $(NVCC) 2>/dev/null),1,)
 CUDA_LIBS := -lcublasLt -lcublas -lcuda -ldl
 
-# NCCL (multi-GPU) and MPI (launcher) are detected and optional.
+# NCCL (multi-GPU) and MPI (launcher) are detected and optional. NCCL outside the CUDA toolkit (e.g. the
+# nvidia-nccl pip wheel): NCCL_HOME=<dir with include/nccl.h and lib/libnccl.so>.
 ifeq ($(NO_NCCL),)
-  ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
+  ifneq ($(NCCL_HOME),)
+    NVFLAGS += -DUSE_NCCL -I$(NCCL_HOME)/include
+    CUDA_LIBS += -L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NCCL_HOME)/lib -lnccl
+  else ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
     NVFLAGS += -DUSE_NCCL
     CUDA_LIBS += -lnccl
   endif

@@ -49,6 +49,8 @@
 // MPI: only the Makefile's MPI block puts mpi.h on the include path (and links -lmpi); NO_MPI turns it off.
 #if defined(SLLM_HAVE_NCCL) && !defined(NO_MPI) && (defined(USE_MPI) || __has_include(<mpi.h>))
 #define SLLM_HAVE_MPI 1
+#define OMPI_SKIP_MPICXX 1  // the C API only (the C++ bindings pull in <iostream>)
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 
@@ -59,7 +61,8 @@
 
 typedef struct {
     int rank, world, local_rank;  // < 0 (world <= 0): from the launcher's environment (see above)
-    const char *init;             // --dist-init; NULL: mpi under mpirun, else "env" when MASTER_ADDR is set
+    const char *init;             // --dist-init; NULL: $SLLM_DIST_INIT, else mpi under mpirun, else "env" when
+                                  // MASTER_ADDR is set
     double timeout_s;             // --dist-timeout; <= 0: DIST_DEFAULT_TIMEOUT_S
 } DistOptions;
 
@@ -253,7 +256,8 @@ static void dist_init(Dist *d, const DistOptions *o) {
     d->rank = 0; d->world = 1; d->local_rank = -1; d->device = -1;
     d->timeout_s = o && o->timeout_s > 0 ? o->timeout_s : DIST_DEFAULT_TIMEOUT_S;
     if (gethostname(d->host, sizeof d->host - 1) != 0) snprintf(d->host, sizeof d->host, "?");
-    const char *init = o ? o->init : NULL;
+    const char *init = o && o->init ? o->init : getenv("SLLM_DIST_INIT");  // scripts/run_dist.sh sets it
+    if (init && !*init) init = NULL;
     const int mpirun = dist_launched_by_mpirun();
     char err[512];
     DistInitSpec spec;

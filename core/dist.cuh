@@ -6,8 +6,8 @@
 //     ncclUniqueId by MPI_Bcast. Without MPI compiled in, rank/world/local rank still come from OMPI_COMM_WORLD_*
 //     and the id from --dist-init.
 //   otherwise: rank / world / local rank from the options, else RANK / WORLD_SIZE / LOCAL_RANK (local rank
-//     default: rank mod visible GPUs); the id through core/rendezvous.h (file:// or tcp://, or "env" =
-//     tcp://$MASTER_ADDR:$MASTER_PORT, the default when MASTER_ADDR is set).
+//     default: rank mod visible GPUs); the id through core/rendezvous.h: DistOptions.init (--dist-init), else
+//     $SLLM_DIST_INIT (scripts/run_dist.sh), else "env" = tcp://$MASTER_ADDR:$MASTER_PORT when MASTER_ADDR is set.
 //   world 1: no NCCL, no MPI, no thread: every collective below is a no-op (the data already is the sum).
 // The communicator is created NON-BLOCKING (ncclConfig_t.blocking = 0): every NCCL call may return
 // ncclInProgress and is then polled to completion with a deadline, and a hung collective can be ncclCommAbort-ed
@@ -237,8 +237,17 @@ static inline void dist_comm_join(Dist *d, cudaStream_t s) {
     distCuda(d, cudaEventRecord(d->ev_join, d->comm_stream));
     distCuda(d, cudaStreamWaitEvent(s, d->ev_join, 0));
 }
+// While one thread ends the process (dist_die), no other may carry on or exit with status 0: a host wait that
+// returns because the watchdog aborted the communicator parks here until the dying thread's _exit(1).
+static inline void dist_park_if_dying(void) {
+    if (g_dist_dying) for (;;) pause();
+}
 // Host waits for the comm stream (the watchdog ends the process if a collective hangs).
-static inline void dist_comm_sync(Dist *d) { distCuda(d, cudaStreamSynchronize(d->comm_stream)); }
+static inline void dist_comm_sync(Dist *d) {
+    cudaError_t e = cudaStreamSynchronize(d->comm_stream);
+    dist_park_if_dying();
+    distCuda(d, e);
+}
 
 // ---- start-up and shutdown ----------------------------------------------------------------------------------
 static inline int dist_launched_by_mpirun(void) {
@@ -378,6 +387,8 @@ static void dist_init(Dist *d, const DistOptions *o) {
     if (r != ncclSuccess)
         dist_die(d, "NCCL communicator init failed: %s (%s)", ncclGetErrorString(r),
                  d->comm ? ncclGetLastError(d->comm) : "");
+    // exit() from any thread (e.g. main returning after a host wait that the abort released) waits for dist_die
+    atexit(dist_park_if_dying);
     if (pthread_create(&d->watchdog, NULL, dist_watchdog_main, d) != 0) dist_die(d, "cannot start the watchdog thread");
     d->watchdog_on = 1;
     // Everyone has read the id: the rendezvous file is no longer needed (a leftover would only mislead a later job).

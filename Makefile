@@ -33,12 +33,17 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 HAVE_NVCC := $(if $(shell command -v $(NVCC) 2>/dev/null),1,)
 CUDA_LIBS := -lcublasLt -lcublas -lcuda -ldl
 
-# NCCL (multi-GPU) and MPI (launcher) are detected here; no source uses them yet. A target whose sources need them
-# adds $(NCCL_FLAGS) / $(MPI_FLAGS) to its compile and $(NCCL_LIBS) / $(MPI_LIBS) to its link.
+# NCCL (multi-GPU) and MPI (launcher) are detected and optional: core/dist.cuh compiles them in when USE_NCCL /
+# USE_MPI are defined. NCCL outside the CUDA toolkit (e.g. the nvidia-nccl pip wheel): NCCL_HOME=<dir with
+# include/nccl.h and lib/libnccl.so>.
 ifeq ($(NO_NCCL),)
-  ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
+  ifneq ($(NCCL_HOME),)
     HAVE_NCCL := 1
-    NCCL_FLAGS :=
+    NCCL_FLAGS := -DUSE_NCCL -I$(NCCL_HOME)/include
+    NCCL_LIBS := -L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NCCL_HOME)/lib -lnccl
+  else ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
+    HAVE_NCCL := 1
+    NCCL_FLAGS := -DUSE_NCCL
     NCCL_LIBS := -lnccl
   endif
 endif
@@ -47,7 +52,7 @@ ifeq ($(NO_MPI),)
   MPI_LIBDIR := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openmpi/lib))
   ifneq ($(and $(MPI_INC),$(wildcard $(MPI_INC)/mpi.h)),)
     HAVE_MPI := 1
-    MPI_FLAGS := -I$(MPI_INC)
+    MPI_FLAGS := -DUSE_MPI -I$(MPI_INC)
     MPI_LIBS := $(if $(MPI_LIBDIR),-L$(MPI_LIBDIR)) -lmpi
   endif
 endif
@@ -126,6 +131,11 @@ $(BUILD)/%: dev/bench/%.cu $(TEST_SUPPORT_OBJS) $(LIB)
 $(LINK_CHECK): test/link/link_a.cu test/link/link_b.cu $(LIB)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) test/link/link_a.cu test/link/link_b.cu -o $@ $(LIB) $(NVLDFLAGS_DEPS) $(LDLIBS) $(CUDA_LIBS)
+
+# Targets that include core/dist.cuh (NCCL communicator, MPI launch) compile and link NCCL and MPI when found.
+DIST_USERS := $(BUILD)/gpu_test_dist
+$(DIST_USERS): NVFLAGS += $(NCCL_FLAGS) $(MPI_FLAGS)
+$(DIST_USERS): CUDA_LIBS += $(NCCL_LIBS) $(MPI_LIBS)
 
 # Header dependencies of CUDA targets: rebuild when any header changes.
 CUDA_HEADERS := $(wildcard core/*.h core/*.cuh twell/*.h twell/*.cuh model/*.h model/*.cuh dataloader/*.h test/*.h \

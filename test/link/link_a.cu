@@ -1,8 +1,7 @@
-// test/link/link_a.cu + link_b.cu -> build/link_check: two translation units that include every header of core/
-// and the model headers, linked into one binary. It builds only if every kernel and non-inline
-// function defined in those headers has internal linkage (static): a duplicate symbol fails the link. Run by
+// test/link/link_a.cu + link_b.cu -> build/link_check: two translation units that include every header of core/,
+// the model headers and (through the inference engine) twell/, linked into one binary. It builds only if every
+// kernel and non-inline function defined in those headers has internal linkage (static): a duplicate symbol fails the link. Run by
 // `make test` as a build step; the binary itself only prints what the two units see.
-// model/infer_engine.cuh (and through it twell/) joins this list once every twell/ kernel is static.
 #include "core/adamw.cuh"
 #include "core/attention.cuh"
 #include "core/classifier.cuh"
@@ -18,6 +17,7 @@
 #include "core/step_profiler.cuh"
 #include "core/tc_utils.cuh"
 #include "model/block.cuh"
+#include "model/infer_engine.cuh"
 #include "model/train_model.cuh"
 #include "model/weights.cuh"
 

@@ -1,5 +1,4 @@
 // test/link/link_b.cu: the second unit of build/link_check (see link_a.cu).
-// model/infer_engine.cuh (and through it twell/) joins this list once every twell/ kernel is static.
 #include "core/adamw.cuh"
 #include "core/attention.cuh"
 #include "core/classifier.cuh"
@@ -15,6 +14,7 @@
 #include "core/step_profiler.cuh"
 #include "core/tc_utils.cuh"
 #include "model/block.cuh"
+#include "model/infer_engine.cuh"
 #include "model/train_model.cuh"
 #include "model/weights.cuh"
 

@@ -14,13 +14,13 @@ echo "== ab.sh on $(nvidia-smi -L | head -1), $J cores"
 for d in . "$OLD"; do
   [ -d "$d/.deps" ] || { mkdir -p "$d/deps-debs" && cp deps-debs/*.deb "$d/deps-debs/" && (cd "$d" && bash scripts/deps_unpack.sh >/dev/null); }
 done
-t=$(date +%s.%N); make -C "$OLD" -j"$J" all > "$OUT/build_old.log" 2>&1 || { tail -20 "$OUT/build_old.log"; exit 1; }
-echo "old: make -j$J all: $(echo "$(date +%s.%N) - $t" | bc) s"
+t=$(date +%s%N); make -C "$OLD" -j"$J" all > "$OUT/build_old.log" 2>&1 || { tail -20 "$OUT/build_old.log"; exit 1; }
+echo "old: make -j$J all: $(( ($(date +%s%N) - t) / 1000000 )) ms"
 make clean >/dev/null
-t=$(date +%s.%N); make -j"$J" > "$OUT/build_new.log" 2>&1 || { tail -20 "$OUT/build_new.log"; exit 1; }
-echo "new: make -j$J (product): $(echo "$(date +%s.%N) - $t" | bc) s"
-t=$(date +%s.%N); make -j"$J" bench tests >> "$OUT/build_new.log" 2>&1 || { tail -20 "$OUT/build_new.log"; exit 1; }
-echo "new: make -j$J bench tests (after the product): $(echo "$(date +%s.%N) - $t" | bc) s"
+t=$(date +%s%N); make -j"$J" > "$OUT/build_new.log" 2>&1 || { tail -20 "$OUT/build_new.log"; exit 1; }
+echo "new: make -j$J (product): $(( ($(date +%s%N) - t) / 1000000 )) ms"
+t=$(date +%s%N); make -j"$J" bench tests-cpu tests-gpu >> "$OUT/build_new.log" 2>&1 || { tail -20 "$OUT/build_new.log"; exit 1; }
+echo "new: make -j$J bench tests-cpu tests-gpu (after the product): $(( ($(date +%s%N) - t) / 1000000 )) ms"
 
 echo "== make test (new tree)"
 make test > "$OUT/test_new.log" 2>&1; echo "make test rc=$?"; tail -3 "$OUT/test_new.log"
@@ -28,7 +28,7 @@ make test > "$OUT/test_new.log" 2>&1; echo "make test rc=$?"; tail -3 "$OUT/test
 FFN_ARGS="--M 65536 --nnz 8,29,64 --pattern uniform --reps 10"
 for round in 1 2; do
   for side in old new; do
-    if [ $side = old ]; then b=$OLD/build; extra="--no-wgmma"; else b=build; extra=""; fi
+    if [ $side = old ]; then b=$OLD/build; extra="--no-wgmma"; else b=build; extra="--no-cublas"; fi
     echo "== bench_ffn $side round $round"
     "$b/bench_ffn" $FFN_ARGS $extra 2>&1 | grep -E "^\| |nnz|uniform" | head -12
   done

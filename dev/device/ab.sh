@@ -11,9 +11,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/ab.log") 2>&1
 J=$(nproc)
 echo "== ab.sh on $(nvidia-smi -L | head -1), $J cores"
-for d in . "$OLD"; do
-  [ -d "$d/.deps" ] || { mkdir -p "$d/deps-debs" && cp deps-debs/*.deb "$d/deps-debs/" && (cd "$d" && bash scripts/deps_unpack.sh >/dev/null); }
-done
+[ -d .deps ] || bash scripts/deps_unpack.sh >/dev/null
+[ -d "$OLD/.deps" ] || cp -r .deps "$OLD/.deps"
 t=$(date +%s%N); make -C "$OLD" -j"$J" all > "$OUT/build_old.log" 2>&1 || { tail -20 "$OUT/build_old.log"; exit 1; }
 echo "old: make -j$J all: $(( ($(date +%s%N) - t) / 1000000 )) ms"
 make clean >/dev/null

@@ -11,7 +11,11 @@ cd "$(dirname "$0")/.."
 folder() { local d; d=$(dirname "$1"); d=${d#./}; [ "$d" = . ] && d=root; echo "${d%%/*}"; }
 
 edges=$(
-  git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' | while read -r f; do
+  # the project's sources: tracked or new files, or every source file where there is no git (a copied tree);
+  # hidden folders (scratch copies of other trees, local dependency prefixes) are not the project's
+  { git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' 2>/dev/null ||
+    find . -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp'; } |
+  sed 's|^\./||' | grep -v -e '^\.' -e '^build/' | while read -r f; do
     from=$(folder "$f")
     dir=$(dirname "$f")
     sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" | while read -r inc; do

@@ -20,8 +20,9 @@
 //      pairs fit the pair pool (offsets = exclusive scan of the counts of the eligible rows, in row order: once
 //      the pool is full every later non-empty row is dense). Everything else is a DENSE row. The dense rows are
 //      listed in increasing order by a stable compaction (cub::DeviceSelect::Flagged), their number on the device.
-//   3. up + down (one CTA per sparse row): the row's TwELL entries are compacted in shared memory, u per pair by a
-//      warp dot product (X row in registers), the record (unit, g, u) written to the pool, then Y row = sum h WdT[n].
+//   3. up (one CTA per sparse row): the row's TwELL entries are compacted in shared memory, u per pair by a warp dot
+//      product (X row in registers), the record (unit, g, u) written to the pool; then the down (one CTA per sparse
+//      row): Y row = sum h WdT[n] (separate kernels: each one's weight matrix stays in L2).
 //   4. dense rows, in chunks of dense_chunk rows: gather, GEMMs (tt_gemm below, a tensor-core GEMM that reads its
 //      row count from device memory: CTAs past the count do nothing), relu*mul, down GEMM, scatter.
 //   5. statistics (one block, fixed order): L1, pairs, max row nnz, dense / overflow / pool-full rows.
@@ -30,8 +31,8 @@
 //   2. dX (one CTA per sparse row, ONE fp32 accumulator for dg Wg[n] + du Wu[n]).
 //   3. stable radix sort of the pool slots by unit (cub, stable: token order within a unit; keys from the pattern
 //      only), unit counts and offsets, segments of TT_SEG pairs.
-//   4. unit-major weight gradients: one CTA per (unit, segment): dWg[n], dWu[n], dWdT[n] over its pairs in token
-//      order, fp32; the first segment writes (beta * dW + sum), later segments write partial sums that a second
+//   4. unit-major weight gradients: one CTA per (256-column slice, unit, segment), slice-major so that the slice of X
+//      and dY in use stays in L2: dWg[n], dWu[n], dWdT[n] over its pairs in token order, fp32; the first segment writes (beta * dW + sum), later segments write partial sums that a second
 //      kernel adds in segment order: deterministic.
 //   5. dense rows (chunks): recompute g, u from X by GEMM, dh GEMM, element-wise backward, dX GEMM (one fp32
 //      accumulator over both products), scatter, weight-gradient GEMMs (K = the device row count) adding into dW.
@@ -58,7 +59,7 @@
 #define TT_ROW_SMEM 1024      // shared-memory entries per row (>= 31 * F / 256 for F <= 8192)
 #define TT_DEFAULT_PAIRS_PER_ROW 64
 #define TT_DEFAULT_DENSE_ROW_NNZ 256
-#define TT_DEFAULT_DENSE_CHUNK 4096
+#define TT_DEFAULT_DENSE_CHUNK 8192
 
 // Device statistics of the last forward of a layer (zeroed by the forward).
 typedef struct {
@@ -105,6 +106,9 @@ typedef struct {
     int *unit_cnt, *unit_off, *seg_cnt, *seg_off;  // [F + 1]
     float *part;         // [part_slots, G3, D]
     float *dwdT;         // [F, D]
+    // optional stage timing (bench): when prof_on, events are recorded between the stages (TT_PROF_*)
+    int prof_on;
+    cudaEvent_t prof[16];
     // dense rows, one chunk
     bf16 *xd, *dyd, *g, *u, *dh, *yd;  // [chunk, D], [chunk, D], [chunk, F] x 3, [chunk, D]
 } TwTrainWS;
@@ -162,6 +166,7 @@ static __global__ void __launch_bounds__(256) tt_gemm_kernel(TtGemmArgs a) {
         n = n < 0 ? 0 : (n > a.dev_cap ? a.dev_cap : n);
         if (a.dev_dim == 1) M = n; else K = n;
     }
+    if (K == 0 && a.accumulate) return;  // nothing to add (no dense rows in this chunk)
     const int tiles_m = (M + TTG_BM - 1) / TTG_BM, tiles_n = a.N / TTG_BN, tiles = tiles_m * tiles_n;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp >> 2, wn = warp & 3, gq = lane >> 2,
               tq = lane & 3;
@@ -329,10 +334,24 @@ __device__ __forceinline__ float tt_dot8(const uint4 w, const float x[8]) {
     return s;
 }
 
+// dot of 8 bf16 with 8 bf16 (both as uint4), fp32
+__device__ __forceinline__ float tt_dot8b(const uint4 w, const uint4 x) {
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&w);
+    const __nv_bfloat162 *g = reinterpret_cast<const __nv_bfloat162 *>(&x);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h[i]), e = __bfloat1622float2(g[i]);
+        s = fmaf(f.x, e.x, s);
+        s = fmaf(f.y, e.y, s);
+    }
+    return s;
+}
+
 // One CTA per row (sparse rows only): pairs -> records (u by warp dot products), Y row = sum h WdT[n].
 // DV = D / 256: lane l of every warp holds X[r][256 j + 8 l .. + 8] for j < DV.
 template <int DV>
-static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_updown_kernel(
+static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_up_kernel(
     const bf16 *__restrict__ X, const bf16 *__restrict__ Wu, const bf16 *__restrict__ WdT,
     const uint32_t *__restrict__ tw, const int *__restrict__ row_ptr, const int *__restrict__ row_cnt, int M, int F,
     int words, int gated, uint2 *__restrict__ recs, bf16 *__restrict__ Y, float *__restrict__ row_l1,
@@ -340,7 +359,6 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_updown_kernel(
     constexpr int D = DV * 256;
     __shared__ int s_unit[TT_ROW_SMEM];
     __shared__ uint16_t s_g[TT_ROW_SMEM];
-    __shared__ float s_h[TT_ROW_SMEM];
     __shared__ int s_toff[32], s_tc[32];
     __shared__ float s_wl1[TT_THREADS / 32];
     const int r = blockIdx.x;
@@ -351,9 +369,9 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_updown_kernel(
     const int base = row_ptr[r];
     float wl1 = 0.0f;
     if (gated) {
-        float x[DV][8];
+        uint4 x[DV];
 #pragma unroll
-        for (int j = 0; j < DV; j++) load8_bf16(X + (size_t)r * D + 256 * j + 8 * lane, x[j]);
+        for (int j = 0; j < DV; j++) x[j] = *reinterpret_cast<const uint4 *>(X + (size_t)r * D + 256 * j + 8 * lane);
         for (int k = warp; k < n; k += TT_THREADS / 32) {
             const int unit = s_unit[k];
             const bf16 *w = Wu + (size_t)unit * D + 8 * lane;
@@ -362,12 +380,11 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_updown_kernel(
             for (int j = 0; j < DV; j++) wv[j] = __ldg(reinterpret_cast<const uint4 *>(w + 256 * j));
             float s = 0.0f;
 #pragma unroll
-            for (int j = 0; j < DV; j++) s += tt_dot8(wv[j], x[j]);
+            for (int j = 0; j < DV; j++) s += tt_dot8b(wv[j], x[j]);
             s = warp_sum(s);
             const uint16_t ub = __bfloat16_as_ushort(__float2bfloat16_rn(s));
             const float g = tt_bf(s_g[k]), u = tt_bf(ub), hf = g * u;
             if (lane == 0) {
-                s_h[k] = round_bf16(hf);
                 wl1 += fabsf(hf);
                 recs[base + k] = make_uint2((uint32_t)unit, (uint32_t)s_g[k] | ((uint32_t)ub << 16));
             }
@@ -376,7 +393,6 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_updown_kernel(
         for (int k = warp; k < n; k += TT_THREADS / 32) {
             if (lane == 0) {
                 const float g = tt_bf(s_g[k]);
-                s_h[k] = g;
                 wl1 += g;
                 recs[base + k] = make_uint2((uint32_t)s_unit[k], (uint32_t)s_g[k]);
             }
@@ -391,6 +407,27 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_updown_kernel(
     }
     for (int k = threadIdx.x; k < n; k += TT_THREADS)
         if (!fired[s_unit[k]]) fired[s_unit[k]] = 1;
+}
+
+// One CTA per sparse row: Y[r] = sum_k h_k WdT[n_k] (fp32), h = bf16(g u) (non-gated: g) from the records. A kernel
+// of its own (not fused with the up): its working set (WdT, 23 MB at the paper's shape) stays in L2.
+static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_down_kernel(const bf16 *__restrict__ WdT,
+                                                                      const uint2 *__restrict__ recs,
+                                                                      const int *__restrict__ row_ptr,
+                                                                      const int *__restrict__ row_cnt, int D, int gated,
+                                                                      bf16 *__restrict__ Y) {
+    __shared__ int s_unit[TT_ROW_SMEM];
+    __shared__ float s_h[TT_ROW_SMEM];
+    const int r = blockIdx.x;
+    const int n = row_cnt[r];
+    if (n < 0) return;
+    const int base = row_ptr[r];
+    for (int k = threadIdx.x; k < n; k += TT_THREADS) {
+        const uint2 rec = recs[base + k];
+        s_unit[k] = (int)rec.x;
+        s_h[k] = gated ? round_bf16(tt_bf(rec.y & 0xFFFFu) * tt_bf(rec.y >> 16)) : tt_bf(rec.y & 0xFFFFu);
+    }
+    __syncthreads();
     // down: thread t owns columns 8 t (+ 8 * TT_THREADS ...)
     for (int c0 = 8 * threadIdx.x; c0 < D; c0 += 8 * TT_THREADS) {
         float acc[8];
@@ -508,7 +545,7 @@ static __global__ void __launch_bounds__(1024) tt_stats_kernel(const float *__re
 // ---------------------------------------------------------------------------------------------------
 // One CTA per sparse row: dh = bf16(dot(dY[r], WdT[n])) per pair, then (dg, du); keys (unit) and rows for the sort.
 template <int DV>
-static __global__ void __launch_bounds__(TT_THREADS) tt_bwd_dh_kernel(
+static __global__ void __launch_bounds__(TT_THREADS, 3) tt_bwd_dh_kernel(
     const bf16 *__restrict__ dY, const bf16 *__restrict__ WdT, const uint2 *__restrict__ recs,
     const int *__restrict__ row_ptr, const int *__restrict__ row_cnt, int gated, float l1_coef,
     uint32_t *__restrict__ dgu, int *__restrict__ pair_row, uint16_t *__restrict__ keys, int *__restrict__ unit_cnt) {
@@ -517,9 +554,9 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_bwd_dh_kernel(
     const int n = row_cnt[r];
     if (n <= 0) return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, base = row_ptr[r];
-    float y[DV][8];
+    uint4 y[DV];
 #pragma unroll
-    for (int j = 0; j < DV; j++) load8_bf16(dY + (size_t)r * D + 256 * j + 8 * lane, y[j]);
+    for (int j = 0; j < DV; j++) y[j] = *reinterpret_cast<const uint4 *>(dY + (size_t)r * D + 256 * j + 8 * lane);
     for (int k = warp; k < n; k += TT_THREADS / 32) {
         const uint2 rec = recs[base + k];
         const bf16 *w = WdT + (size_t)rec.x * D + 8 * lane;
@@ -528,7 +565,7 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_bwd_dh_kernel(
         for (int j = 0; j < DV; j++) wv[j] = __ldg(reinterpret_cast<const uint4 *>(w + 256 * j));
         float s = 0.0f;
 #pragma unroll
-        for (int j = 0; j < DV; j++) s += tt_dot8(wv[j], y[j]);
+        for (int j = 0; j < DV; j++) s += tt_dot8b(wv[j], y[j]);
         s = warp_sum(s);
         if (lane == 0) {
             const float dh = round_bf16(s), g = tt_bf(rec.y & 0xFFFFu);
@@ -634,18 +671,21 @@ static __global__ void tt_seg_count_kernel(int *__restrict__ unit_cnt, int *__re
     }
 }
 
-// One CTA per (unit, segment): sums over the segment's pairs (token order) of dg X[r], du X[r], h dY[r].
-// Segment 0 writes dWg[n] = beta dWg[n] + sum (likewise dWu) and dWdT[n] = sum; segment s > 0 writes partial slot
-// seg_off[n] - n + s - 1.
+// One CTA per (column slice of 256, unit, segment), slice-major (blockIdx = slice * segs_grid + segment index): sums over
+// the segment's pairs (token order) of dg X[r], du X[r], h dY[r] on the slice's columns. Slice-major order keeps the
+// concurrently running CTAs on one slice of X and dY (M x 256 x 2 x 2 B: 16.8 MB at M 16384), which stays in L2.
+// Warp w takes pairs w, w + 8, ...; the 8 warp sums are added in warp order (fixed). Segment 0 writes
+// dWg[n] = beta dWg[n] + sum (likewise dWu) and dWdT[n] = sum; segment s > 0 writes partial slot seg_off[n] - n + s - 1.
 static __global__ void __launch_bounds__(TT_THREADS) tt_wgrad_kernel(
     const bf16 *__restrict__ X, const bf16 *__restrict__ dY, const uint2 *__restrict__ recs,
     const uint32_t *__restrict__ dgu, const int *__restrict__ pair_row, const int *__restrict__ perm,
     const int *__restrict__ unit_off, const int *__restrict__ seg_off, int F, int D, int gated, int accumulate,
-    float *__restrict__ dWg, float *__restrict__ dWu, float *__restrict__ dWdT, float *__restrict__ part) {
+    int segs_grid, float *__restrict__ dWg, float *__restrict__ dWu, float *__restrict__ dWdT, float *__restrict__ part) {
     __shared__ int s_row[TT_SEG];
     __shared__ float s_a[TT_SEG], s_b[TT_SEG], s_h[TT_SEG];
+    __shared__ float s_red[3][TT_THREADS / 32][256];
     __shared__ int s_unit;
-    const int b = blockIdx.x;
+    const int slice = blockIdx.x / segs_grid, b = blockIdx.x - slice * segs_grid;
     if (b >= seg_off[F]) return;
     if (threadIdx.x == 0) {  // the unit: the last n with seg_off[n] <= b
         int lo = 0, hi = F - 1;
@@ -669,41 +709,48 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_wgrad_kernel(
         s_h[i] = gated ? round_bf16(g * u) : g;
     }
     __syncthreads();
-    float *Wa = gated ? dWg : dWu;
-    for (int c0 = 8 * threadIdx.x; c0 < D; c0 += 8 * TT_THREADS) {
-        float aa[8], ab[8], ad[8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c0 = slice * 256 + 8 * lane;
+    float aa[8], ab[8], ad[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) aa[i] = ab[i] = ad[i] = 0.0f;
+    for (int i = 0; i < 8; i++) aa[i] = ab[i] = ad[i] = 0.0f;
 #pragma unroll 4
-        for (int i = 0; i < cnt; i++) {
-            float x[8], y[8];
-            load8_bf16(X + (size_t)s_row[i] * D + c0, x);
-            load8_bf16(dY + (size_t)s_row[i] * D + c0, y);
-            const float a = s_a[i], bb = s_b[i], h = s_h[i];
+    for (int i = warp; i < cnt; i += TT_THREADS / 32) {
+        float x[8], y[8];
+        load8_bf16(X + (size_t)s_row[i] * D + c0, x);
+        load8_bf16(dY + (size_t)s_row[i] * D + c0, y);
+        const float a = s_a[i], bb = s_b[i], h = s_h[i];
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                aa[j] = fmaf(a, x[j], aa[j]);
-                if (gated) ab[j] = fmaf(bb, x[j], ab[j]);
-                ad[j] = fmaf(h, y[j], ad[j]);
-            }
+        for (int j = 0; j < 8; j++) {
+            aa[j] = fmaf(a, x[j], aa[j]);
+            if (gated) ab[j] = fmaf(bb, x[j], ab[j]);
+            ad[j] = fmaf(h, y[j], ad[j]);
         }
-        if (s == 0) {
-            float *pa = Wa + (size_t)n * D + c0, *pb = dWu + (size_t)n * D + c0, *pd = dWdT + (size_t)n * D + c0;
+    }
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                pa[j] = accumulate ? pa[j] + aa[j] : aa[j];
-                if (gated) pb[j] = accumulate ? pb[j] + ab[j] : ab[j];
-                pd[j] = ad[j];
-            }
-        } else {
-            float *q = part + (size_t)(seg_off[n] - n + s - 1) * 3 * D + c0;
+    for (int j = 0; j < 8; j++) {
+        s_red[0][warp][8 * lane + j] = aa[j];
+        s_red[1][warp][8 * lane + j] = ab[j];
+        s_red[2][warp][8 * lane + j] = ad[j];
+    }
+    __syncthreads();
+    const int t = threadIdx.x, c = slice * 256 + t;  // thread t: column t of the slice
+    float sa = 0.0f, sb = 0.0f, sd = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                q[j] = aa[j];
-                q[D + j] = ab[j];
-                q[2 * D + j] = ad[j];
-            }
-        }
+    for (int w = 0; w < TT_THREADS / 32; w++) {
+        sa += s_red[0][w][t];
+        sb += s_red[1][w][t];
+        sd += s_red[2][w][t];
+    }
+    if (s == 0) {
+        float *Wa = gated ? dWg : dWu;
+        Wa[(size_t)n * D + c] = accumulate ? Wa[(size_t)n * D + c] + sa : sa;
+        if (gated) dWu[(size_t)n * D + c] = accumulate ? dWu[(size_t)n * D + c] + sb : sb;
+        dWdT[(size_t)n * D + c] = sd;
+    } else {
+        float *q = part + (size_t)(seg_off[n] - n + s - 1) * 3 * D + c;
+        q[0] = sa;
+        q[D] = sb;
+        q[2 * D] = sd;
     }
 }
 
@@ -780,6 +827,19 @@ static __global__ void tt_transpose_add_kernel(const float *__restrict__ T, floa
 // ---------------------------------------------------------------------------------------------------
 // Host API
 // ---------------------------------------------------------------------------------------------------
+// Stage events (ws->prof_on): forward 0 start, 1 gate, 2 classify/scan/select, 3 up+down, 4 dense rows, 5 stats;
+// backward 6 start, 7 dh, 8 dX, 9 sort/scans, 10 weight gradients, 11 dense rows, 12 transpose.
+enum { TT_PROF_N = 13 };
+static const char *const TT_PROF_NAMES[TT_PROF_N] = {"", "gate", "classify", "updown", "dense", "stats", "",
+                                                     "dh", "dX", "sort", "wgrad", "dense", "transp"};
+static inline void tt_prof(TwTrainWS *ws, int i, cudaStream_t s) {
+    if (ws->prof_on) cudaCheck(cudaEventRecord(ws->prof[i], s));
+}
+static inline void twtrain_prof_enable(TwTrainWS *ws) {
+    if (!ws->prof_on)
+        for (int i = 0; i < TT_PROF_N; i++) cudaCheck(cudaEventCreate(&ws->prof[i]));
+    ws->prof_on = 1;
+}
 static inline int tt_check_shape(int D, int F) {
     if (D % 256 || D < 256 || D > 4096 || F % 256 || F < 256 || F > 8192) {
         fprintf(stderr, "error: twell train ffn: D=%d must be a multiple of 256 in [256, 4096], F=%d a multiple of 256 "
@@ -868,6 +928,8 @@ static void twtrain_ws_free(TwTrainWS *ws) {
                  ws->dh, ws->cub_tmp};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
         if (p[i]) cudaCheck(cudaFree(p[i]));
+    if (ws->prof_on)
+        for (int i = 0; i < TT_PROF_N; i++) cudaCheck(cudaEventDestroy(ws->prof[i]));
     memset(ws, 0, sizeof(*ws));
 }
 
@@ -924,6 +986,7 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
     }
     st->M = M;
     const bf16 *Wgate = gated ? Wg : Wu;
+    tt_prof(ws, 0, stream);
     cudaCheck(cudaMemsetAsync(ws->ovf_flag, 0, (size_t)M * sizeof(int), stream));
     cudaCheck(cudaMemsetAsync(ws->counters, 0, sizeof(TwellCounters), stream));
     cudaCheck(cudaMemsetAsync(st->stats, 0, sizeof(TwTrainStats), stream));
@@ -935,6 +998,7 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
         twell_gate_cublas_pack(ws->mm, X, Wgate, M, D, F, ws->C, ws->gate_scratch, ws->gate_chunk, ws->tw, ws->ovf_flag,
                                ws->ovf_list, ws->counters, stream);
     }
+    tt_prof(ws, 1, stream);
     tt_classify_kernel<<<CEIL_DIV(M + 1, 8), 256, 0, stream>>>(ws->tw, M, tiles, words, ws->dense_row_nnz, ws->cnt_elig,
                                                                st->row_cnt, st->stats);
     cudaCheckLaunch();
@@ -946,11 +1010,12 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
     bytes = ws->cub_bytes;
     cudaCheck(cub::DeviceSelect::Flagged(ws->cub_tmp, bytes, thrust::counting_iterator<int>(0), ws->dense_flag,
                                          st->dense_rows, &st->stats->n_dense, M, stream));
+    tt_prof(ws, 2, stream);
     switch (D / 256) {
 #define TT_FWD(DV)                                                                                                   \
     case DV:                                                                                                         \
-        tt_fwd_updown_kernel<DV><<<M, TT_THREADS, 0, stream>>>(X, Wu, WdT, ws->tw, st->row_ptr, st->row_cnt, M, F,  \
-                                                               words, gated, st->recs, Y, ws->row_l1, fired);        \
+        tt_fwd_up_kernel<DV><<<M, TT_THREADS, 0, stream>>>(X, Wu, WdT, ws->tw, st->row_ptr, st->row_cnt, M, F,      \
+                                                           words, gated, st->recs, Y, ws->row_l1, fired);            \
         break;
         TT_FWD(1) TT_FWD(2) TT_FWD(4) TT_FWD(8) TT_FWD(16)
 #undef TT_FWD
@@ -959,6 +1024,9 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
         return TWELL_ERR_SHAPE;
     }
     cudaCheckLaunch();
+    tt_fwd_down_kernel<<<M, TT_THREADS, 0, stream>>>(WdT, st->recs, st->row_ptr, st->row_cnt, D, gated, Y);
+    cudaCheckLaunch();
+    tt_prof(ws, 3, stream);
     // dense rows, chunk by chunk (kernels read the count from st->stats->n_dense)
     const int Rc = ws->dense_chunk;
     const int *nd = &st->stats->n_dense;
@@ -982,8 +1050,10 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
                                                                                       D, Y);
         cudaCheckLaunch();
     }
+    tt_prof(ws, 4, stream);
     tt_stats_kernel<<<1, 1024, 0, stream>>>(ws->row_l1, M, ws->counters, st->stats, l1_accum, nnz_accum);
     cudaCheckLaunch();
+    tt_prof(ws, 5, stream);
     return TWELL_OK;
 }
 
@@ -998,6 +1068,7 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
         return TWELL_ERR_ARG;
     }
     const bf16 *Wgate = gated ? Wg : Wu;
+    tt_prof(ws, 6, stream);
     cudaCheck(cudaMemsetAsync(ws->keys_in, 0xFF, (size_t)ws->cap_pairs * sizeof(uint16_t), stream));
     cudaCheck(cudaMemsetAsync(ws->unit_cnt, 0, (size_t)(F + 1) * sizeof(int), stream));
     switch (D / 256) {
@@ -1011,8 +1082,10 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     default: return TWELL_ERR_SHAPE;
     }
     cudaCheckLaunch();
+    tt_prof(ws, 7, stream);
     tt_bwd_dx_kernel<<<M, TT_THREADS, 0, stream>>>(Wg, Wu, st->recs, ws->dgu, st->row_ptr, st->row_cnt, D, gated, dX);
     cudaCheckLaunch();
+    tt_prof(ws, 8, stream);
     // unit-major order: stable sort of the pool slots by unit (unused slots have key 0xFFFF and sort last)
     size_t bytes = ws->cub_bytes;
     cudaCheck(cub::DeviceRadixSort::SortPairs(ws->cub_tmp, bytes, ws->keys_in, ws->keys_out, ws->vals_in, ws->vals_out,
@@ -1023,12 +1096,16 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     cudaCheck(cub::DeviceScan::ExclusiveSum(ws->cub_tmp, bytes, ws->unit_cnt, ws->unit_off, F + 1, stream));
     bytes = ws->cub_bytes;
     cudaCheck(cub::DeviceScan::ExclusiveSum(ws->cub_tmp, bytes, ws->seg_cnt, ws->seg_off, F + 1, stream));
-    tt_wgrad_kernel<<<F + ws->part_slots, TT_THREADS, 0, stream>>>(X, dY, st->recs, ws->dgu, ws->pair_row, ws->vals_out,
-                                                                   ws->unit_off, ws->seg_off, F, D, gated, accumulate,
-                                                                   dWg, dWu, ws->dwdT, ws->part);
+    tt_prof(ws, 9, stream);
+    const int segs_grid = F + ws->part_slots;  // >= the segments of any pattern
+    tt_wgrad_kernel<<<(D / 256) * segs_grid, TT_THREADS, 0, stream>>>(X, dY, st->recs, ws->dgu, ws->pair_row,
+                                                                      ws->vals_out, ws->unit_off, ws->seg_off, F, D,
+                                                                      gated, accumulate, segs_grid, dWg, dWu, ws->dwdT,
+                                                                      ws->part);
     cudaCheckLaunch();
     tt_wgrad_reduce_kernel<<<F, TT_THREADS, 0, stream>>>(ws->seg_off, D, gated, dWg, dWu, ws->dwdT, ws->part);
     cudaCheckLaunch();
+    tt_prof(ws, 10, stream);
     // dense rows
     const int Rc = ws->dense_chunk;
     const int *nd = &st->stats->n_dense;
@@ -1066,9 +1143,11 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
             tt_gemm(&a, F, stream);
         }
     }
+    tt_prof(ws, 11, stream);
     dim3 tb(32, 8), tg(D / 32, F / 32);
     tt_transpose_add_kernel<<<tg, tb, 0, stream>>>(ws->dwdT, dWd, F, D, accumulate);
     cudaCheckLaunch();
+    tt_prof(ws, 12, stream);
     return TWELL_OK;
 }
 

@@ -20,7 +20,7 @@
 
 int main(int argc, char **argv) {
     std::vector<double> Ms = {16384, 65536}, nnzs = {8, 16, 29, 64, 128, 256, 512};
-    int reps = 15, gated = 1, D = 2048, F = 5632, pattern = TP_UNIFORM;
+    int reps = 15, gated = 1, D = 2048, F = 5632, pattern = TP_UNIFORM, prof = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--M") && i + 1 < argc) Ms = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--nnz") && i + 1 < argc) nnzs = parse_list(argv[++i]);
@@ -28,6 +28,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--D") && i + 1 < argc) D = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--F") && i + 1 < argc) F = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--nongated")) gated = 0;
+        else if (!strcmp(argv[i], "--prof")) prof = 1;
         else if (!strcmp(argv[i], "--pattern") && i + 1 < argc) {
             const char *p = argv[++i];
             pattern = !strcmp(p, "heavy") ? TP_HEAVY : !strcmp(p, "mix") ? TP_MIX : TP_UNIFORM;
@@ -59,6 +60,18 @@ int main(int argc, char **argv) {
         TwTrainWS ws;
         TwTrainState st;
         if (twtrain_ws_init(&ws, M, D, F, gated, 0, 0, 0, &mm) || twtrain_state_alloc(&st, &ws)) return 1;
+        if (prof) {
+            twtrain_prof_enable(&ws);
+            cudaFuncAttributes fa;
+            void *ks[4] = {(void *)tt_fwd_up_kernel<8>, (void *)tt_bwd_dh_kernel<8>, (void *)tt_bwd_dx_kernel,
+                           (void *)tt_wgrad_kernel};
+            const char *kn[4] = {"fwd_up<8>", "bwd_dh<8>", "bwd_dx", "wgrad"};
+            for (int k = 0; k < 4; k++) {
+                cudaCheck(cudaFuncGetAttributes(&fa, ks[k]));
+                printf("# kernel %s: %d registers, %zu B static smem, local %zu B\n", kn[k], fa.numRegs, fa.sharedSizeBytes,
+                       fa.localSizeBytes);
+            }
+        }
         printf("# M %d: state per layer %.1f MB (pool %d pairs), dense activations per layer (gu + h) %.1f MB\n", M,
                twtrain_state_bytes(&ws) / 1e6, ws.cap_pairs, (double)M * F * 2 * (gated ? 3 : 2) / 1e6);
         for (double nz : nnzs) {
@@ -77,6 +90,7 @@ int main(int argc, char **argv) {
                 return 1;
             }
             std::vector<float> td, tsp, tf, tb, tg;
+            std::vector<std::vector<float>> stage(TT_PROF_N);
             for (int r = -2; r < reps; r++) {
                 float ms;
                 for (int col = 0; col < 5; col++) {
@@ -97,6 +111,13 @@ int main(int argc, char **argv) {
                     cudaCheck(cudaEventSynchronize(e1));
                     cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
                     if (r < 0) continue;
+                    if (prof && c == 1)
+                        for (int q = 1; q < TT_PROF_N; q++) {
+                            if (q == 6) continue;
+                            float sm;
+                            cudaCheck(cudaEventElapsedTime(&sm, ws.prof[q - 1], ws.prof[q]));
+                            stage[q].push_back(sm);
+                        }
                     (c == 0 ? td : c == 1 ? tsp : c == 2 ? tf : c == 3 ? tb : tg).push_back(ms);
                 }
             }
@@ -104,6 +125,12 @@ int main(int argc, char **argv) {
             printf("%7d %6.0f | %8.3f %8.3f %6.2fx | %8.3f %8.3f %8.3f | %7.1f %7d %6d %6d %6d | %.1e\n", M, nnz, md, msp,
                    md / msp, median(tf), median(tb), median(tg), (double)ts.pairs / M, ts.max_row_nnz, ts.n_dense,
                    ts.n_overflow, ts.n_pool_full, err);
+            if (prof) {
+                printf("    stages (ms):");
+                for (int q = 1; q < TT_PROF_N; q++)
+                    if (q != 6) printf(" %s %.3f", TT_PROF_NAMES[q], median(stage[q]));
+                printf("\n");
+            }
             fflush(stdout);
         }
         twtrain_state_free(&st);

@@ -104,6 +104,7 @@ typedef struct {
     uint16_t *keys_in, *keys_out;  // [cap_pairs]
     int *vals_in, *vals_out;       // [cap_pairs] (vals_in = 0, 1, 2, ...)
     int *unit_cnt, *unit_off, *seg_cnt, *seg_off;  // [F + 1]
+    int *seg_unit;       // [F + part_slots]: the unit of each weight-gradient segment
     float *part;         // [part_slots, G3, D]
     float *dwdT;         // [F, D]
     // optional stage timing (bench): when prof_on, events are recorded between the stages (TT_PROF_*)
@@ -587,18 +588,20 @@ static __global__ void __launch_bounds__(TT_THREADS, 3) tt_bwd_dh_kernel(
     }
 }
 
-// One CTA per sparse row: dX[r] = sum_k dg_k Wg[n_k] + du_k Wu[n_k] (non-gated: dpre_k Wu[n_k]), one fp32 accumulator.
+// One CTA per sparse row: dX[r] = sum_k dg_k Wg[n_k] + du_k Wu[n_k] (non-gated: dpre_k Wu[n_k]), one fp32 accumulator,
+// on the columns [col_begin, col_end): the backward runs it on the two halves of D one after the other, so that
+// the halves of Wg and Wu in use (23 MB at the paper's shape) stay in L2.
 static __global__ void __launch_bounds__(TT_THREADS) tt_bwd_dx_kernel(
     const bf16 *__restrict__ Wg, const bf16 *__restrict__ Wu, const uint2 *__restrict__ recs,
     const uint32_t *__restrict__ dgu, const int *__restrict__ row_ptr, const int *__restrict__ row_cnt, int D, int gated,
-    bf16 *__restrict__ dX) {
+    int col_begin, int col_end, bf16 *__restrict__ dX) {
     __shared__ int s_unit[TT_ROW_SMEM];
     __shared__ float s_dg[TT_ROW_SMEM], s_du[TT_ROW_SMEM];
     const int r = blockIdx.x;
     const int n = row_cnt[r];
     if (n < 0) return;
     const int base = row_ptr[r];
-    for (int k = threadIdx.x; k < n; k += TT_THREADS) {
+    for (int k = threadIdx.x; k < n; k += blockDim.x) {
         const uint32_t d = dgu[base + k];
         s_unit[k] = (int)recs[base + k].x;
         s_dg[k] = tt_bf(d & 0xFFFFu);
@@ -606,7 +609,7 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_bwd_dx_kernel(
     }
     __syncthreads();
     const bf16 *W1 = gated ? Wg : Wu;
-    for (int c0 = 8 * threadIdx.x; c0 < D; c0 += 8 * TT_THREADS) {
+    for (int c0 = col_begin + 8 * threadIdx.x; c0 < col_end; c0 += 8 * blockDim.x) {
         float acc[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) acc[i] = 0.0f;
@@ -671,6 +674,13 @@ static __global__ void tt_seg_count_kernel(int *__restrict__ unit_cnt, int *__re
     }
 }
 
+// seg_unit[b] = the unit of segment b.
+static __global__ void tt_seg_unit_kernel(const int *__restrict__ seg_off, int F, int *__restrict__ seg_unit) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < F)
+        for (int b = seg_off[n]; b < seg_off[n + 1]; b++) seg_unit[b] = n;
+}
+
 // One CTA per (column slice of 256, unit, segment), slice-major (blockIdx = slice * segs_grid + segment index): sums over
 // the segment's pairs (token order) of dg X[r], du X[r], h dY[r] on the slice's columns. Slice-major order keeps the
 // concurrently running CTAs on one slice of X and dY (M x 256 x 2 x 2 B: 16.8 MB at M 16384), which stays in L2.
@@ -679,24 +689,14 @@ static __global__ void tt_seg_count_kernel(int *__restrict__ unit_cnt, int *__re
 static __global__ void __launch_bounds__(TT_THREADS) tt_wgrad_kernel(
     const bf16 *__restrict__ X, const bf16 *__restrict__ dY, const uint2 *__restrict__ recs,
     const uint32_t *__restrict__ dgu, const int *__restrict__ pair_row, const int *__restrict__ perm,
-    const int *__restrict__ unit_off, const int *__restrict__ seg_off, int F, int D, int gated, int accumulate,
-    int segs_grid, float *__restrict__ dWg, float *__restrict__ dWu, float *__restrict__ dWdT, float *__restrict__ part) {
+    const int *__restrict__ unit_off, const int *__restrict__ seg_off, const int *__restrict__ seg_unit, int F, int D,
+    int gated, int accumulate, int segs_grid, float *__restrict__ dWg, float *__restrict__ dWu, float *__restrict__ dWdT, float *__restrict__ part) {
     __shared__ int s_row[TT_SEG];
     __shared__ float s_a[TT_SEG], s_b[TT_SEG], s_h[TT_SEG];
     __shared__ float s_red[3][TT_THREADS / 32][256];
-    __shared__ int s_unit;
     const int slice = blockIdx.x / segs_grid, b = blockIdx.x - slice * segs_grid;
     if (b >= seg_off[F]) return;
-    if (threadIdx.x == 0) {  // the unit: the last n with seg_off[n] <= b
-        int lo = 0, hi = F - 1;
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (seg_off[mid] <= b) lo = mid; else hi = mid - 1;
-        }
-        s_unit = lo;
-    }
-    __syncthreads();
-    const int n = s_unit, s = b - seg_off[n];
+    const int n = seg_unit[b], s = b - seg_off[n];
     const int p0 = unit_off[n] + s * TT_SEG, pend = unit_off[n + 1];
     const int cnt = pend - p0 < TT_SEG ? (pend - p0 > 0 ? pend - p0 : 0) : TT_SEG;
     for (int i = threadIdx.x; i < cnt; i += TT_THREADS) {
@@ -894,6 +894,7 @@ static int twtrain_ws_init(TwTrainWS *ws, int max_M, int D, int F, int gated, in
     cudaCheck(cudaMalloc(&ws->unit_off, (F + 1) * sizeof(int)));
     cudaCheck(cudaMalloc(&ws->seg_cnt, (F + 1) * sizeof(int)));
     cudaCheck(cudaMalloc(&ws->seg_off, (F + 1) * sizeof(int)));
+    cudaCheck(cudaMalloc(&ws->seg_unit, ((size_t)F + ws->part_slots) * sizeof(int)));
     cudaCheck(cudaMalloc(&ws->part, (size_t)ws->part_slots * 3 * D * sizeof(float)));
     cudaCheck(cudaMalloc(&ws->dwdT, (size_t)F * D * sizeof(float)));
     cudaCheck(cudaMalloc(&ws->xd, Rc * D * sizeof(bf16)));
@@ -924,7 +925,7 @@ static int twtrain_ws_init(TwTrainWS *ws, int max_M, int D, int F, int gated, in
 static void twtrain_ws_free(TwTrainWS *ws) {
     void *p[] = {ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters, ws->gate_scratch, ws->cnt_elig, ws->dense_flag,
                  ws->row_l1, ws->dgu, ws->pair_row, ws->keys_in, ws->keys_out, ws->vals_in, ws->vals_out, ws->unit_cnt,
-                 ws->unit_off, ws->seg_cnt, ws->seg_off, ws->part, ws->dwdT, ws->xd, ws->dyd, ws->yd, ws->g, ws->u,
+                 ws->unit_off, ws->seg_cnt, ws->seg_off, ws->seg_unit, ws->part, ws->dwdT, ws->xd, ws->dyd, ws->yd, ws->g, ws->u,
                  ws->dh, ws->cub_tmp};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
         if (p[i]) cudaCheck(cudaFree(p[i]));
@@ -1083,8 +1084,11 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     }
     cudaCheckLaunch();
     tt_prof(ws, 7, stream);
-    tt_bwd_dx_kernel<<<M, TT_THREADS, 0, stream>>>(Wg, Wu, st->recs, ws->dgu, st->row_ptr, st->row_cnt, D, gated, dX);
-    cudaCheckLaunch();
+    for (int half = 0; half < 2; half++) {
+        tt_bwd_dx_kernel<<<M, TT_THREADS / 2, 0, stream>>>(Wg, Wu, st->recs, ws->dgu, st->row_ptr, st->row_cnt, D, gated,
+                                                          half * D / 2, (half + 1) * D / 2, dX);
+        cudaCheckLaunch();
+    }
     tt_prof(ws, 8, stream);
     // unit-major order: stable sort of the pool slots by unit (unused slots have key 0xFFFF and sort last)
     size_t bytes = ws->cub_bytes;
@@ -1097,9 +1101,12 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     bytes = ws->cub_bytes;
     cudaCheck(cub::DeviceScan::ExclusiveSum(ws->cub_tmp, bytes, ws->seg_cnt, ws->seg_off, F + 1, stream));
     tt_prof(ws, 9, stream);
+    tt_seg_unit_kernel<<<CEIL_DIV(F, 256), 256, 0, stream>>>(ws->seg_off, F, ws->seg_unit);
+    cudaCheckLaunch();
     const int segs_grid = F + ws->part_slots;  // >= the segments of any pattern
     tt_wgrad_kernel<<<(D / 256) * segs_grid, TT_THREADS, 0, stream>>>(X, dY, st->recs, ws->dgu, ws->pair_row,
-                                                                      ws->vals_out, ws->unit_off, ws->seg_off, F, D,
+                                                                      ws->vals_out, ws->unit_off, ws->seg_off,
+                                                                      ws->seg_unit, F, D,
                                                                       gated, accumulate, segs_grid, dWg, dWu, ws->dwdT,
                                                                       ws->part);
     cudaCheckLaunch();

@@ -92,6 +92,7 @@ typedef struct {
     TwellCounters *counters;
     bf16 *gate_scratch;  // cuBLASLt gate only: [gate_chunk, F]
     int gate_chunk;
+    cudaEvent_t gate_done;  // cuBLASLt gate only: GEMM -> pack order inside twell_gate_chunk (one stream)
     MatmulContext *mm;   // the cuBLASLt gate only (not owned)
     int *cnt_elig;       // [max_M + 1]
     uint8_t *dense_flag; // [max_M]
@@ -880,6 +881,7 @@ static int twtrain_ws_init(TwTrainWS *ws, int max_M, int D, int F, int gated, in
         if (!mm) { fprintf(stderr, "error: twell train ffn: the cuBLASLt gate needs a MatmulContext\n"); return TWELL_ERR_ARG; }
         ws->gate_chunk = max_M < 4096 ? max_M : 4096;
         cudaCheck(cudaMalloc(&ws->gate_scratch, (size_t)ws->gate_chunk * F * sizeof(bf16)));
+        cudaCheck(cudaEventCreateWithFlags(&ws->gate_done, cudaEventDisableTiming));
     }
     cudaCheck(cudaMalloc(&ws->cnt_elig, (M + 1) * sizeof(int)));
     cudaCheck(cudaMalloc(&ws->dense_flag, M));
@@ -931,6 +933,7 @@ static void twtrain_ws_free(TwTrainWS *ws) {
         if (p[i]) cudaCheck(cudaFree(p[i]));
     if (ws->prof_on)
         for (int i = 0; i < TT_PROF_N; i++) cudaCheck(cudaEventDestroy(ws->prof[i]));
+    if (ws->gate_done) cudaCheck(cudaEventDestroy(ws->gate_done));
     memset(ws, 0, sizeof(*ws));
 }
 
@@ -993,11 +996,17 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
     cudaCheck(cudaMemsetAsync(st->stats, 0, sizeof(TwTrainStats), stream));
     if (ws->use_wgmma) {
         const int e = twell_gate_wgmma_launch(X, Wgate, M, D, F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters,
-                                              stream, 0, 2);
+                                              stream);
         if (e) return e;
     } else {
-        twell_gate_cublas_pack(ws->mm, X, Wgate, M, D, F, ws->C, ws->gate_scratch, ws->gate_chunk, ws->tw, ws->ovf_flag,
-                               ws->ovf_list, ws->counters, stream);
+        // off Hopper: the cuBLASLt GEMM and the full pack per chunk, serially on one stream (the plain GEMM: the pack
+        // needs no bit mask, so no mask buffers)
+        int no_mask = 1;
+        for (int r0 = 0; r0 < M; r0 += ws->gate_chunk) {
+            const int rows = M - r0 < ws->gate_chunk ? M - r0 : ws->gate_chunk;
+            twell_gate_chunk(ws->mm, X, Wgate, rows, r0, D, F, ws->C, ws->gate_scratch, NULL, &no_mask, ws->tw,
+                             ws->ovf_flag, ws->ovf_list, ws->counters, stream, stream, ws->gate_done);
+        }
     }
     tt_prof(ws, 1, stream);
     tt_classify_kernel<<<CEIL_DIV(M + 1, 8), 256, 0, stream>>>(ws->tw, M, tiles, words, ws->dense_row_nnz, ws->cnt_elig,

@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
                     else {
                         cudaCheck(cudaMemsetAsync(ws.ovf_flag, 0, (size_t)M * 4, s));
                         cudaCheck(cudaMemsetAsync(ws.counters, 0, sizeof(TwellCounters), s));
-                        twell_gate_wgmma_launch(P.X, P.Wgu, M, D, F, ws.C, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters, s, 0, 2);
+                        twell_gate_wgmma_launch(P.X, P.Wgu, M, D, F, ws.C, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters, s);
                     }
                     cudaCheck(cudaEventRecord(e1, s));
                     cudaCheck(cudaEventSynchronize(e1));

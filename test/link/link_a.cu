@@ -18,6 +18,7 @@
 #include "core/tc_utils.cuh"
 #include "model/block.cuh"
 #include "model/infer_engine.cuh"
+#include "twell/train_ffn.cuh"
 #include "model/train_model.cuh"
 #include "model/weights.cuh"
 

@@ -31,6 +31,7 @@ extern "C" {
 #include "test_util.h"
 #include "rmsnorm.cuh"
 #include "rng.h"
+#include "gpu_harness.h"
 #include "rope.cuh"
 
 static uint64_t g_seed;
@@ -637,17 +638,15 @@ static void test_matmul_relu_mask(void **state) {
     cudaFree(dx); cudaFree(dW); cudaFree(dout); cudaFree(dmask);
 }
 
-int main(void) {
-    const char *s = getenv("SLLM_TEST_SEED");
-    g_seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
-    printf("test_kernels: seed %llu (SLLM_TEST_SEED=%llu repeats this run)\n", (unsigned long long)g_seed,
-           (unsigned long long)g_seed);
-    rng_seed(&g_rng, g_seed);
+int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),    cmocka_unit_test(test_rope),  cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_classifier), cmocka_unit_test(test_ffn),   cmocka_unit_test(test_adamw_and_norm),
         cmocka_unit_test(test_matmul_batched),  cmocka_unit_test(test_matmul_relu_mask),
     };
+    GPU_TEST_PREFLIGHT("test_kernels", tests);
+    g_seed = gpu_test_seed("test_kernels");
+    rng_seed(&g_rng, g_seed);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,20 +34,20 @@ int main(int argc, char **argv) {
         {"heads", 0, CLI_INT, &heads, "attention heads (head_dim = d_model/heads)", 1, 64, 0},
         {"d-ff", 0, CLI_INT, &d_ff, "FFN width", 8, 65536, 0},
         {"nongated", 0, CLI_FLAG, &nongated, "non-gated FFN", 0, 0, 0},
-        {"seq", 't', CLI_INT, &seq, "sequence length T", 1, 4096, 0},
+        {"seq", 0, CLI_INT, &seq, "sequence length T", 1, 4096, 0},
         {"batch", 'b', CLI_INT, &batch, "sequences per step", 1, 4096, 0},
         {"steps", 'x', CLI_INT, &steps, "optimizer steps", 1, 1000000, 0},
         {"schedule", 'k', CLI_STRING, &schedule, "LR schedule: cosine, linear, constant", 0, 0, 0},
         {"lr", 'l', CLI_FLOAT, &lr, "peak learning rate", 0, 10, 0},
         {"warmup", 'u', CLI_INT, &warmup, "warm-up steps", 0, 1000000, 0},
-        {"final-lr-frac", 'q', CLI_FLOAT, &final_frac, "final LR fraction", 0, 1, 0},
+        {"final-lr-frac", 0, CLI_FLOAT, &final_frac, "final LR fraction", 0, 1, 0},
         {"wd", 'c', CLI_FLOAT, &wd, "weight decay (2-D weights)", 0, 10, 0},
         {"grad-clip", 0, CLI_FLOAT, &clip, "gradient-norm clip (0: off)", 0, 1e9, 0},
         {"l1", 0, CLI_FLOAT, &l1, "L1 activation penalty lambda", 0, 1e3, 0},
         {"sample-tokens", 'g', CLI_INT, &sample_tokens, "greedy sample length at the end (0: none)", 0, 4096, 0},
-        {"tokenizer", 0, CLI_STRING, &tokenizer, "tokenizer to decode the sample", 0, 0, 0},
+        {"tokenizer", 't', CLI_STRING, &tokenizer, "tokenizer to decode the sample", 0, 0, 0},
         {"out", 'o', CLI_STRING, &out, "output directory: train.log, metrics.log, final checkpoint", 0, 0, 0},
-        {"seed", 0, CLI_U64, &seed, "seed", 0, 0, 0},
+        {"seed", 's', CLI_U64, &seed, "seed", 0, 0, 0},
         {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
     };
     cli_parse(argc, argv, opts, "train_cpu", "Trains a tiny model on the CPU with the float64 reference (no GPU needed).");
@@ -68,6 +68,18 @@ int main(int argc, char **argv) {
     char sum[512];
     loader_summary(dl, sum, sizeof sum);
     logger_printf(&lg, "train: %s\n", sum);
+    // every input opened before the first step: a typo must not cost the run
+    DataLoader *vl = NULL;
+    if (val) {
+        vl = loader_open(val, batch, seq, 0, 1, seed, 0, err, sizeof err);
+        if (!vl) SLLM_FATAL("validation data: %s", err);
+        if (loader_check_vocab(vl, vocab, err, sizeof err) != 0) SLLM_FATAL("validation data: %s", err);
+    }
+    Tokenizer *tok = NULL;
+    if (tokenizer) {
+        tok = tokenizer_load(tokenizer, err, sizeof err);
+        if (!tok) SLLM_FATAL("tokenizer: %s", err);
+    }
 
     RefModel m;
     ref_model_init(&m, &c, seed);
@@ -98,9 +110,7 @@ int main(int argc, char **argv) {
         logger_metric(&lg, "s:%d loss:%.9g ce:%.9g l1:%.9g norm:%.9g nnz:%.6g\n", step + 1, loss, st.ce, st.l1, norm, mn);
     }
     logger_printf(&lg, "mean non-zeros per token: %.1f -> %.1f (of %d)\n", first_nnz, last_nnz, c.d_ff);
-    if (val) {
-        DataLoader *vl = loader_open(val, batch, seq, 0, 1, seed, 0, err, sizeof err);
-        if (!vl) SLLM_FATAL("validation data: %s", err);
+    if (vl) {
         loader_next(vl, in, tg);
         RefStats st;
         memset(&st, 0, sizeof st);
@@ -109,11 +119,6 @@ int main(int argc, char **argv) {
         loader_close(vl);
     }
     if (sample_tokens > 0) {
-        Tokenizer *tok = NULL;
-        if (tokenizer) {
-            tok = tokenizer_load(tokenizer, err, sizeof err);
-            if (!tok) SLLM_FATAL("tokenizer: %s", err);
-        }
         int eot = tok ? tokenizer_eot_id(tok) : 0;
         if (eot < 0 || eot >= vocab) eot = 0;
         int len = sample_tokens + 1 < seq ? sample_tokens + 1 : seq;

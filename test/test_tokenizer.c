@@ -322,6 +322,67 @@ static void test_json_synthetic(void **state) {
     assert_non_null(strstr(err, "Whitespace"));
 }
 
+// Writes a copy of the tiny tokenizer.json (or encoder.json) with one value replaced, into g_tmp/name; returns
+// the path. what: "added" (the end-of-text added token's id), "vocab" (the id of vocab entry "ab").
+static const char *write_bad_id(const char *src, const char *what, const char *name, const char *id_json) {
+    size_t n; const char *e;
+    char *js = sllm_read_file(src, &n, &e);
+    if (!js) fail_msg("cannot read %s: %s", src, e);
+    cJSON *root = cJSON_Parse(js);
+    free(js);
+    assert_non_null(root);
+    cJSON *val = cJSON_Parse(id_json);
+    assert_non_null(val);
+    if (!strcmp(what, "added")) {
+        cJSON *tok = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "added_tokens"), 0);
+        cJSON_ReplaceItemInObject(tok, "id", val);
+    } else {
+        cJSON *vocab = cJSON_GetObjectItem(root, "model") ? cJSON_GetObjectItem(cJSON_GetObjectItem(root, "model"), "vocab") : root;
+        assert_non_null(cJSON_GetObjectItem(vocab, "ab"));
+        cJSON_ReplaceItemInObject(vocab, "ab", val);
+    }
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", g_tmp, name);
+    char *out = cJSON_PrintUnformatted(root);
+    FILE *f = fopen(path, "w"); fputs(out, f); fclose(f);
+    free(out); cJSON_Delete(root);
+    return path;
+}
+
+// Ids in a tokenizer file index the decode table: negative, fractional, >= 2^24 (2^31 included) or non-numeric
+// ids are a clear load error (not a heap overflow or a crash); the largest allowed id loads.
+static void test_loader_rejects_bad_ids(void **state) {
+    (void)state;
+    const char *bad[] = {"-1", "-2147483648", "2147483648", "4294967296", "16777216", "1.5", "1e300", "\"7\"", "null"};
+    char err[512];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *p = write_bad_id("test/golden/tiny_tokenizer.json", "added", "bad_added.json", bad[i]);
+        Tokenizer *t = tokenizer_load(p, err, sizeof err);
+        if (t) fail_msg("added-token id %s accepted", bad[i]);
+        if (!strstr(err, "<|endoftext|>") && !strstr(err, "content/id")) fail_msg("added-token id %s: unclear error: %s", bad[i], err);
+        p = write_bad_id("test/golden/tiny_tokenizer.json", "vocab", "bad_vocab.json", bad[i]);
+        t = tokenizer_load(p, err, sizeof err);
+        if (t) fail_msg("vocab id %s accepted", bad[i]);
+        if (!strstr(err, "'ab'")) fail_msg("vocab id %s: unclear error: %s", bad[i], err);
+        // GPT-2 encoder.json (vocab.bpe beside it)
+        char dir[600], cmd[1400];
+        snprintf(dir, sizeof dir, "%s/gpt2_bad", g_tmp);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s && cp test/golden/tiny_gpt2/vocab.bpe %s/", dir, dir);
+        assert_int_equal(system(cmd), 0);
+        p = write_bad_id("test/golden/tiny_gpt2/encoder.json", "vocab", "gpt2_bad/encoder.json", bad[i]);
+        t = tokenizer_load(dir, err, sizeof err);
+        if (t) fail_msg("encoder.json id %s accepted", bad[i]);
+        if (!strstr(err, "'ab'")) fail_msg("encoder.json id %s: unclear error: %s", bad[i], err);
+    }
+    // the largest id allowed loads, and sizes the vocab
+    const char *p = write_bad_id("test/golden/tiny_tokenizer.json", "added", "big_added.json", "16777215");
+    Tokenizer *t = tokenizer_load(p, err, sizeof err);
+    if (!t) fail_msg("%s", err);
+    assert_int_equal(tokenizer_vocab_size(t), 16777216);
+    assert_int_equal(tokenizer_eot_id(t), 16777215);
+    tokenizer_free(t);
+}
+
 static int setup(void **state) { (void)state; return test_tmpdir_make(g_tmp, sizeof g_tmp, "sllm_test_tok_"); }
 static int teardown(void **state) {
     (void)state;
@@ -334,6 +395,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_synthetic),
         cmocka_unit_test(test_tiny_golden),
+        cmocka_unit_test(test_loader_rejects_bad_ids),
         cmocka_unit_test(test_gpt2_golden),
         cmocka_unit_test(test_gpt2_special_tokens),
         cmocka_unit_test(test_gpt2_random_bytes_roundtrip),

@@ -139,10 +139,7 @@ static void test_inputs_checked_first(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    const char *s = getenv("SLLM_TEST_SEED");
-    g_seed = s ? strtoull(s, NULL, 10) : ((uint64_t)time(NULL) * 2654435761ull) ^ (uint64_t)getpid();
-    printf("test_train_cpu: seed %llu (SLLM_TEST_SEED=%llu repeats this run)\n", (unsigned long long)g_seed,
-           (unsigned long long)g_seed);
+    g_seed = test_seed("test_train_cpu");
     if (access("build/train_cpu", X_OK) != 0) { fprintf(stderr, "build/train_cpu missing (run make)\n"); return -1; }
     if (test_tmpdir_make(dir, sizeof dir, "sllm_test_train_cpu_") != 0) return -1;
     Rng r;

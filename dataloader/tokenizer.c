@@ -283,16 +283,36 @@ static int tok_finish(Tokenizer *t, const char *path, char *err, size_t errn) {
     size_t *lens = sllm_calloc((size_t)t->vocab_size, sizeof(size_t));
     uint8_t **src = sllm_calloc((size_t)t->vocab_size, sizeof(uint8_t *));
     uint8_t *tmp = sllm_malloc(total + 1), *tp = tmp;
+    // Every id decodes to one byte string: two vocab entries with one id, or an added token whose id the vocab
+    // gives to other bytes, would make decoding ambiguous and are refused.
+    int32_t *owner = sllm_malloc((size_t)t->vocab_size * sizeof(int32_t));
+    for (int i = 0; i < t->vocab_size; i++) owner[i] = -1;
     for (size_t i = 0; i < t->vocab.cap; i++) {
         const StrSlot *s = &t->vocab.slots[i];
         if (s->id < 0) continue;
+        if (owner[s->id] >= 0) {
+            const StrSlot *o = &t->vocab.slots[owner[s->id]];
+            set_err(err, errn, "tokenizer %s: vocab entries '%.*s' and '%.*s' both have id %d", path, (int)o->len,
+                    t->vocab.arena + o->off, (int)s->len, t->vocab.arena + s->off, s->id);
+            free(owner); free(lens); free(src); free(tmp);
+            return -1;
+        }
+        owner[s->id] = (int32_t)i;
         size_t n = vocab_str_to_bytes(t, t->vocab.arena + s->off, s->len, tp);
         src[s->id] = tp; lens[s->id] = n; tp += n;
     }
     for (int i = 0; i < t->n_added; i++) {  // added tokens decode to their content, as written
-        memcpy(tp, t->added[i].content, t->added[i].len);
-        src[t->added[i].id] = tp; lens[t->added[i].id] = t->added[i].len; tp += t->added[i].len;
+        const AddedToken *a = &t->added[i];
+        if (src[a->id] && (lens[a->id] != a->len || memcmp(src[a->id], a->content, a->len) != 0)) {
+            set_err(err, errn, "tokenizer %s: added token '%s' has id %d, which already stands for other bytes (%zu bytes)",
+                    path, a->content, a->id, lens[a->id]);
+            free(owner); free(lens); free(src); free(tmp);
+            return -1;
+        }
+        memcpy(tp, a->content, a->len);
+        src[a->id] = tp; lens[a->id] = a->len; tp += a->len;
     }
+    free(owner);
     t->tok_off = sllm_malloc(((size_t)t->vocab_size + 1) * sizeof(size_t));
     t->tok_bytes = sllm_malloc((size_t)(tp - tmp) + 1);
     size_t o = 0;

@@ -374,6 +374,17 @@ static void test_loader_rejects_bad_ids(void **state) {
         if (t) fail_msg("encoder.json id %s accepted", bad[i]);
         if (!strstr(err, "'ab'")) fail_msg("encoder.json id %s: unclear error: %s", bad[i], err);
     }
+    // an id given twice (found by fuzz_tokenizer_json / fuzz_gpt2: decoding was ambiguous and lost the round trip)
+    const char *p2 = write_bad_id("test/golden/tiny_tokenizer.json", "vocab", "dup_vocab.json", "97");
+    assert_null(tokenizer_load(p2, err, sizeof err));
+    if (!strstr(err, "both have id 97")) fail_msg("duplicate vocab id: unclear error: %s", err);
+    p2 = write_bad_id("test/golden/tiny_gpt2/encoder.json", "vocab", "gpt2_bad/encoder.json", "97");
+    assert_null(tokenizer_load(p2, err, sizeof err));
+    if (!strstr(err, "both have id 97")) fail_msg("duplicate encoder.json id: unclear error: %s", err);
+    p2 = write_bad_id("test/golden/tiny_tokenizer.json", "added", "dup_added.json", "97");
+    assert_null(tokenizer_load(p2, err, sizeof err));
+    if (!strstr(err, "both have id 97") && !strstr(err, "already stands for other bytes"))
+        fail_msg("added token on a vocab id: unclear error: %s", err);
     // the largest id allowed loads, and sizes the vocab
     const char *p = write_bad_id("test/golden/tiny_tokenizer.json", "added", "big_added.json", "16777215");
     Tokenizer *t = tokenizer_load(p, err, sizeof err);

@@ -194,7 +194,7 @@ static void test_model(ModelConfig *c, float **params, int bf16_exact, uint64_t 
     c->n_kv_head = 2;          // GQA
     c->l1_lambda = 3e-4f;
     c->rope_theta = 12345.5f;  // not a default: must round-trip
-    c->norm_eps = 1e-5f;       // not the reader's default (1e-6): must round-trip
+    c->norm_eps = 2.5e-6f;     // neither the reader's default (1e-6) nor config_defaults': must round-trip
     ParamLayout lay;
     config_param_layout(c, &lay);
     *params = sllm_malloc(lay.total * sizeof(float));
@@ -283,7 +283,7 @@ static void test_ckpt_config_json_keys(void **s) {
     const struct { const char *key; double num; } nums[] = {
         {"hidden_size", 32}, {"intermediate_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
         {"num_key_value_heads", 2}, {"head_dim", 8}, {"vocab_size", 96}, {"max_position_embeddings", 16},
-        {"rope_theta", 12345.5}, {"rms_norm_eps", 1e-5f}, {"sparsellm_l1_lambda", 3e-4f}};
+        {"rope_theta", 12345.5}, {"rms_norm_eps", 2.5e-6f}, {"sparsellm_l1_lambda", 3e-4f}};
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, nums[i].key);
         if (!cJSON_IsNumber(v)) fail_msg("config.json: top-level \"%s\" missing or not a number:\n%s", nums[i].key, txt);
@@ -631,7 +631,7 @@ static void test_ckpt_bad_config(void **s) {
         {"cfg_rope_type", "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", "rope_type must be \"default\""},
         {"cfg_rope_top", "\"rope_theta\": 12345.5,", "\"rope_theta\": 999,", "rope_theta 999 disagrees with rope_parameters.rope_theta 12345.5"},
         {"cfg_rope_nan", "\"rope_theta\": 12345.5", "\"rope_theta\": 1e999", "\"rope_theta\" must be a finite number"},
-        {"cfg_eps_neg", "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": -1e-05", "must be positive"},
+        {"cfg_eps_neg", "\"rms_norm_eps\": 2.5e-06", "\"rms_norm_eps\": -2.5e-06", "must be positive"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         fresh_ckpt(cases[i].name, dir, sizeof dir);

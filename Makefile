@@ -154,3 +154,18 @@ clean:
 
 # Header dependencies of the C tools and tests (written next to each binary by -MMD).
 -include $(LIB_OBJS:.o=.d) $(TEST_SUPPORT_OBJS:.o=.d) $(addsuffix .d,$(TOOLS) $(CPU_TESTS))
+
+# ---- fuzz targets (libFuzzer through clang, with ASan + UBSan) ---------------------------------
+#   make fuzz [FUZZ_SECONDS=60]   each target of test/fuzz/fuzz_*.c runs FUZZ_SECONDS on a seeded corpus
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS   := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Icore -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_SRCS    := $(filter-out %_main.c,$(wildcard core/*.c dataloader/*.c))
+FUZZ_TARGETS := $(patsubst test/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard test/fuzz/fuzz_*.c))
+.PHONY: fuzz fuzz-build
+$(BUILD)/fuzz/%: test/fuzz/%.c test/fuzz/fuzz_util.h $(FUZZ_SRCS) $(wildcard core/*.h dataloader/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(FUZZ_SRCS) -o $@ $(LDFLAGS_DEPS) $(LDLIBS)
+fuzz-build: $(FUZZ_TARGETS)
+fuzz: fuzz-build
+	@bash test/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)

@@ -160,16 +160,16 @@ int main(int argc, char **argv) {
     o.ffn = "auto"; o.tokens = 128; o.samples = 1; o.temperature = 0.8f; o.top_p = 1.0f; o.chunk = 512;
     o.seed = 1337; o.prompt_len = 512; o.reps = 3;
     CliOpt opts[] = {
-        {"ckpt", 'c', CLI_STRING, &o.ckpt, "checkpoint dir, or a training --out dir (its newest checkpoint)", 0, 0, 0},
-        {"preset", 0, CLI_STRING, &o.preset, "random weights of a preset instead of a checkpoint (speed only)", 0, 0, 0},
+        {"ckpt", 0, CLI_STRING, &o.ckpt, "checkpoint dir, or a training --out dir (its newest checkpoint)", 0, 0, 0},
+        {"preset", 'p', CLI_STRING, &o.preset, "random weights of a preset instead of a checkpoint (speed only)", 0, 0, 0},
         {"tokenizer", 't', CLI_STRING, &o.tokenizer, "tokenizer.json or GPT-2 encoder.json dir (text in and out)", 0, 0, 0},
-        {"prompt", 'p', CLI_STRING, &o.prompt, "prompt text (needs --tokenizer)", 0, 0, 0},
-        {"prompt-file", 'f', CLI_STRING, &o.prompt_file, "read the prompt text from a file", 0, 0, 0},
+        {"prompt", 0, CLI_STRING, &o.prompt, "prompt text (needs --tokenizer)", 0, 0, 0},
+        {"prompt-file", 0, CLI_STRING, &o.prompt_file, "read the prompt text from a file", 0, 0, 0},
         {"prompt-ids", 0, CLI_STRING, &o.prompt_ids, "prompt as comma-separated token ids", 0, 0, 0},
         {"tokens", 'n', CLI_INT, &o.tokens, "new tokens to generate per sample", 1, 1 << 24, 0},
-        {"samples", 'b', CLI_INT, &o.samples, "continuations generated together (one batch)", 1, 4096, 0},
+        {"samples", 0, CLI_INT, &o.samples, "continuations generated together (one batch)", 1, 4096, 0},
         {"temperature", 'T', CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100, 0},
-        {"top-k", 'k', CLI_INT, &o.top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24, 0},
+        {"top-k", 0, CLI_INT, &o.top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24, 0},
         {"top-p", 0, CLI_FLOAT, &o.top_p, "nucleus sampling: the smallest set of mass >= p (1: off)", 1e-6, 1, 0},
         {"seed", 's', CLI_U64, &o.seed, "sampling seed (sample b uses seed + b)", 0, 0, 0},
         {"ffn", 0, CLI_STRING, &o.ffn, "FFN path: auto, dense or sparse", 0, 0, 0},

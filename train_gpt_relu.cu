@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "train_config.h"
 #include "cli.h"
 #include "common.h"
 #include "config.h"
@@ -34,7 +35,7 @@ typedef struct {
     const char *train, *val, *preset, *init_from, *out, *tokenizer, *schedule;
     int batch, seq, total_batch, steps, warmup, eval_every, eval_batches, sample_every, sample_tokens, ckpt_every,
         resume, recompute, vocab, log_stats_every, bench, stop_at, d_model, n_layer, n_head, n_kv_head, head_dim,
-        d_ff, nongated, max_seq, rank, world, time_limit, deterministic, profile;
+        d_ff, nongated, max_seq, rank, world, time_limit, deterministic, profile, keep_last, allow_config_change;
     float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta;
     unsigned long long seed;
 } Options;
@@ -85,36 +86,30 @@ typedef struct {
     uint64_t seed;
 } TrainState;
 
-static void save_checkpoint(Model *m, const char *out, int step, const TrainState *ts, Logger *lg) {
-    char dir[CKPT_PATH_MAX], err[512], path[CKPT_PATH_MAX];
+// Writes <out>/ckpt_<step> (weights, config.json, optimizer.bin, train_state.bin, train_config.json) through
+// ckpt_save, which removes the temp dir on any failure; then applies --keep-last.
+static void save_checkpoint(Model *m, const char *out, int step, const TrainState *ts, const TrainConfig *tc,
+                            int keep_last, Logger *lg) {
+    char dir[CKPT_PATH_MAX], err[512];
     snprintf(dir, sizeof dir, "%s/ckpt_%08d", out, step);
     double t0 = sllm_time_s();
     size_t n = m->lay.total;
-    float *buf = (float *)sllm_malloc(n * sizeof(float));
-    CkptWriter w;
-    if (ckpt_begin(&w, dir, err, sizeof err) != 0) SLLM_FATAL("checkpoint %s: %s", dir, err);
+    float *buf = (float *)sllm_malloc(n * sizeof(float)), *mbuf = (float *)sllm_malloc(n * sizeof(float)),
+          *vbuf = (float *)sllm_malloc(n * sizeof(float));
     model_get_params(m, buf);
-    if (ckpt_write_model(&w, &m->cfg, buf, ST_F32, err, sizeof err) != 0) {
-        ckpt_abort(&w);
-        SLLM_FATAL("checkpoint %s: %s", dir, err);
-    }
-    if (ckpt_path(&w, "optimizer.bin", path, sizeof path) != 0) SLLM_FATAL("checkpoint path too long: %s", dir);
-    FILE *f = sllm_fopen(path, "wb");
-    uint32_t hdr[4] = {OPT_STATE_MAGIC, 1, (uint32_t)(n & 0xffffffffu), (uint32_t)(n >> 32)};
-    sllm_fwrite(hdr, sizeof hdr, 1, f, "optimizer header");
-    float *vbuf = (float *)sllm_malloc(n * sizeof(float));
-    model_get_opt_state(m, buf, vbuf);
-    sllm_fwrite(buf, sizeof(float), n, f, "AdamW m");
-    sllm_fwrite(vbuf, sizeof(float), n, f, "AdamW v");
-    if (fclose(f) != 0) SLLM_FATAL("checkpoint: cannot close %s", path);
-    free(vbuf);
-    free(buf);
-    if (ckpt_path(&w, "train_state.bin", path, sizeof path) != 0) SLLM_FATAL("checkpoint path too long: %s", dir);
-    f = sllm_fopen(path, "wb");
-    sllm_fwrite(ts, sizeof *ts, 1, f, "training state");
-    if (fclose(f) != 0) SLLM_FATAL("checkpoint: cannot close %s", path);
-    if (ckpt_commit(&w, err, sizeof err) != 0) SLLM_FATAL("checkpoint %s: %s", dir, err);
+    model_get_opt_state(m, mbuf, vbuf);
+    const uint32_t hdr[4] = {OPT_STATE_MAGIC, 1, (uint32_t)(n & 0xffffffffu), (uint32_t)(n >> 32)};
+    char *tcj = train_config_json(tc);
+    SLLM_CHECK(tcj, "out of memory");
+    const void *ob[3] = {hdr, mbuf, vbuf}, *sb[1] = {ts}, *cb[1] = {tcj};
+    const size_t os[3] = {sizeof hdr, n * sizeof(float), n * sizeof(float)}, ss[1] = {sizeof *ts}, cs[1] = {strlen(tcj)};
+    const CkptFile files[3] = {{"optimizer.bin", ob, os, 3}, {"train_state.bin", sb, ss, 1}, {TRAIN_CONFIG_FILE, cb, cs, 1}};
+    if (ckpt_save(dir, &m->cfg, buf, ST_F32, files, 3, err, sizeof err) != 0) SLLM_FATAL("checkpoint %s: %s", dir, err);
+    free(buf); free(mbuf); free(vbuf); free(tcj);
     logger_printf(lg, "checkpoint: wrote %s (%.1f s)\n", dir, sllm_time_s() - t0);
+    int del = ckpt_retain(out, keep_last, err, sizeof err);
+    if (del < 0) SLLM_FATAL("%s", err);
+    if (del > 0) logger_printf(lg, "checkpoint: deleted %d old checkpoint(s) (--keep-last %d)\n", del, keep_last);
 }
 
 static void load_train_state(const char *dir, TrainState *ts, Model *m) {
@@ -219,30 +214,32 @@ int main(int argc, char **argv) {
         {"rope-theta", 0, CLI_FLOAT, &o.rope_theta, "override rope_theta", 1, 1e12, 0},
         {"nongated", 0, CLI_FLAG, &o.nongated, "non-gated FFN: h = relu(x Wu^T)", 0, 0, 0},
         {"batch", 'b', CLI_INT, &o.batch, "micro-batch size B (sequences per GPU per micro-step)", 1, 1 << 20, 0},
-        {"seq", 't', CLI_INT, &o.seq, "sequence length T (default: the model's max_seq)", 1, 1 << 20, 0},
-        {"total-batch", 'd', CLI_INT, &o.total_batch, "tokens per optimizer step (multiple of B*T*world; default B*T*world)", 1, 2e9, 0},
+        {"seq", 0, CLI_INT, &o.seq, "sequence length T (default: the model's max_seq)", 1, 1 << 20, 0},
+        {"total-batch", 0, CLI_INT, &o.total_batch, "tokens per optimizer step (multiple of B*T*world; default B*T*world)", 1, 2e9, 0},
         {"steps", 'x', CLI_INT, &o.steps, "optimizer steps", 1, 2e9, 0},
         {"schedule", 'k', CLI_STRING, &o.schedule, "LR schedule: cosine, linear, constant", 0, 0, 0},
         {"lr", 'l', CLI_FLOAT, &o.lr, "peak learning rate", 0, 10, 0},
         {"warmup", 'u', CLI_INT, &o.warmup, "linear warm-up steps", 0, 2e9, 0},
-        {"final-lr-frac", 'q', CLI_FLOAT, &o.final_lr_frac, "final LR as a fraction of the peak", 0, 1, 0},
+        {"final-lr-frac", 0, CLI_FLOAT, &o.final_lr_frac, "final LR as a fraction of the peak", 0, 1, 0},
         {"wd", 'c', CLI_FLOAT, &o.wd, "AdamW weight decay (2-D weights only)", 0, 10, 0},
         {"beta1", 0, CLI_FLOAT, &o.beta1, "AdamW beta1", 0, 0.999999, 0},
         {"beta2", 0, CLI_FLOAT, &o.beta2, "AdamW beta2", 0, 0.999999, 0},
         {"eps", 0, CLI_FLOAT, &o.eps, "AdamW epsilon", 0, 1, 0},
         {"grad-clip", 0, CLI_FLOAT, &o.grad_clip, "global gradient-norm clip (0: off)", 0, 1e9, 0},
         {"l1", 0, CLI_FLOAT, &o.l1, "L1 activation penalty lambda (default: the config's, 2e-5)", 0, 1e3, 0},
-        {"eval-every", 'v', CLI_INT, &o.eval_every, "validation loss every N steps (0: off)", 0, 2e9, 0},
+        {"eval-every", 0, CLI_INT, &o.eval_every, "validation loss every N steps (0: off)", 0, 2e9, 0},
         {"eval-batches", 'm', CLI_INT, &o.eval_batches, "validation micro-batches per evaluation", 1, 1e9, 0},
-        {"sample-every", 's', CLI_INT, &o.sample_every, "generate a sample every N steps (0: off)", 0, 2e9, 0},
+        {"sample-every", 0, CLI_INT, &o.sample_every, "generate a sample every N steps (0: off)", 0, 2e9, 0},
         {"sample-tokens", 'g', CLI_INT, &o.sample_tokens, "tokens per sample", 1, 1e6, 0},
-        {"temperature", 0, CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100, 0},
-        {"tokenizer", 0, CLI_STRING, &o.tokenizer, "tokenizer.json or GPT-2 encoder.json dir, to decode samples", 0, 0, 0},
-        {"ckpt-every", 'n', CLI_INT, &o.ckpt_every, "checkpoint every N steps (0: only at the end, -1: never)", -1, 2e9, 0},
+        {"temperature", 'T', CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100, 0},
+        {"tokenizer", 't', CLI_STRING, &o.tokenizer, "tokenizer.json or GPT-2 encoder.json dir, to decode samples", 0, 0, 0},
+        {"ckpt-every", 0, CLI_INT, &o.ckpt_every, "checkpoint every N steps (0: only at the end, -1: never)", -1, 2e9, 0},
         {"out", 'o', CLI_STRING, &o.out, "output directory: train.log, metrics.log, checkpoints", 0, 0, 0},
         {"resume", 'y', CLI_FLAG, &o.resume, "resume from the newest checkpoint in --out", 0, 0, 0},
+        {"allow-config-change", 0, CLI_FLAG, &o.allow_config_change, "resume even if the training configuration differs from the checkpoint's", 0, 0, 0},
+        {"keep-last", 0, CLI_INT, &o.keep_last, "keep only the newest N checkpoints (0: all)", 0, 1e9, 0},
         {"stop-at", 0, CLI_INT, &o.stop_at, "write a checkpoint and exit after this step (resume testing)", 1, 2e9, 0},
-        {"seed", 0, CLI_U64, &o.seed, "seed for init, data order and sampling", 0, 0, 0},
+        {"seed", 's', CLI_U64, &o.seed, "seed for init, data order and sampling", 0, 0, 0},
         {"recompute", 'r', CLI_INT, &o.recompute, "activation recompute: 0 none, 1 FFN hidden, 2 + norms", 0, 2, 0},
         {"log-stats-every", 0, CLI_INT, &o.log_stats_every, "per-layer sparsity statistics every N steps (0: off)", 0, 2e9, 0},
         {"deterministic", 0, CLI_FLAG, &o.deterministic, "bit-reproducible runs even if SLLM_ATTN_BWD=atomic is set (the default attention backward is already deterministic)", 0, 0, 0},
@@ -264,6 +261,15 @@ int main(int argc, char **argv) {
     float *init_params = NULL;
     char resume_dir[CKPT_PATH_MAX] = "";
     int resume_step = -1;
+    int out_lock = -1;
+    if (o.out && !o.bench && o.rank == 0) {  // one run per output directory; checked before any work
+        if (ckpt_out_lock(o.out, &out_lock, err, sizeof err) != 0) SLLM_FATAL("%s", err);
+        if (!o.resume && ckpt_find_latest(o.out, CKPT_MODEL_FILE, resume_dir, sizeof resume_dir) >= 0)
+            SLLM_FATAL("%s already holds checkpoints (%s): pass --resume to continue that run, or choose a new --out",
+                       o.out, resume_dir);
+        resume_dir[0] = 0;
+    }
+    (void)out_lock;  // held (open) until the process exits
     if (o.resume) {
         if (!o.out) SLLM_FATAL("--resume needs --out (the directory holding the checkpoints)");
         resume_step = ckpt_find_latest(o.out, "train_state.bin", resume_dir, sizeof resume_dir);
@@ -320,6 +326,14 @@ int main(int argc, char **argv) {
         SLLM_FATAL("learning-rate schedule: %s", err);
     if (!o.bench && !o.train) SLLM_FATAL("--train is required (a glob of .bin shards), or use --bench N");
     if (o.stop_at > 0 && !o.out) SLLM_FATAL("--stop-at needs --out (it writes a checkpoint)");
+    const TrainConfig tcfg = {o.schedule, o.steps, o.warmup, o.lr, o.final_lr_frac, o.wd, o.beta1, o.beta2, o.eps,
+                              o.grad_clip, B, T, o.total_batch, o.world, cfg.l1_lambda, cfg.rope_theta, o.seed};
+    if (resume_step >= 0) {  // the same run, or an explicitly allowed change
+        int rc = train_config_check(resume_dir, &tcfg, o.allow_config_change, err, sizeof err);
+        if (rc < 0) SLLM_FATAL("%s", err);
+        if (rc > 0) printf("resume: configuration changed (%s): %s\n", TRAIN_CONFIG_ALLOW_FLAG, err);
+        if (o.rank == 0 && logger_truncate_metrics(o.out, resume_step, err, sizeof err) < 0) SLLM_FATAL("%s", err);
+    }
 
     // ---- device
     if (!cuda_device_available()) SLLM_FATAL("no CUDA device found (this trainer needs a GPU; see scripts/quickstart.sh for the CPU path)");
@@ -448,7 +462,7 @@ int main(int argc, char **argv) {
                 ts.B = B; ts.T = T; ts.grad_accum = accum; ts.has_loader = train != NULL; ts.seed = o.seed;
                 if (train) loader_get_state(train, &ts.loader);
                 ts.rng = rng;
-                save_checkpoint(&model, o.out, step, &ts, &lg);
+                save_checkpoint(&model, o.out, step, &ts, &tcfg, o.keep_last, &lg);
             }
             if (step == o.stop_at) { logger_printf(&lg, "stopping at step %d (--stop-at)\n", step); break; }
         }

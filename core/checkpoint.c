@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "logger.h"
 
 // ---- file system helpers ------------------------------------------------------------------------
 
@@ -336,7 +338,10 @@ static int get_int(const cJSON *j, const char *key, int required, int def, int *
 static int get_float(const cJSON *j, const char *key, float def, float *out, const char *path, char *err, size_t n) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!v || cJSON_IsNull(v)) { *out = def; return 0; }
-    if (!cJSON_IsNumber(v)) { snprintf(err, n, "%s: key \"%s\" must be a number", path, key); return -1; }
+    if (!cJSON_IsNumber(v) || !isfinite((float)v->valuedouble)) {
+        snprintf(err, n, "%s: key \"%s\" must be a finite number", path, key);
+        return -1;
+    }
     *out = (float)v->valuedouble;
     return 0;
 }
@@ -392,8 +397,15 @@ int ckpt_read_config_json(const char *path, ModelConfig *c, char *err, size_t n)
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
         if (ty && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "default")))
             CFAIL("%s: rope_parameters.rope_type must be \"default\" (no RoPE scaling is supported)", path);
-        if (get_float(rp, "rope_theta", c->rope_theta, &c->rope_theta, path, err, n)) { cJSON_Delete(j); return -1; }
+        float rt;
+        if (get_float(rp, "rope_theta", c->rope_theta, &rt, path, err, n)) { cJSON_Delete(j); return -1; }
+        if (cJSON_GetObjectItemCaseSensitive(j, "rope_theta") && rt != c->rope_theta)
+            CFAIL("%s: rope_theta %.9g disagrees with rope_parameters.rope_theta %.9g", path, c->rope_theta, rt);
+        c->rope_theta = rt;
     }
+    if (!(c->rope_theta > 0) || !(c->norm_eps > 0) || !(c->l1_lambda >= 0))
+        CFAIL("%s: rope_theta (%g) and rms_norm_eps (%g) must be positive, sparsellm_l1_lambda (%g) non-negative", path,
+              c->rope_theta, c->norm_eps, c->l1_lambda);
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
     if (rs && !cJSON_IsNull(rs)) CFAIL("%s: rope_scaling is set; RoPE scaling is not supported", path);
     int tied, abias, mbias;
@@ -476,6 +488,13 @@ int ckpt_load(const char *dir, ModelConfig *c, float **params_out, StDtype *dtyp
             goto done;
         }
         if (st_read_f32(&f, t, (float *)want[i].data, err, n) != 0) goto done;
+        const float *w = (const float *)want[i].data;
+        for (size_t k = 0; k < (size_t)t->numel; k++)
+            if (!isfinite(w[k])) {
+                snprintf(err, n, "%s: tensor '%s' holds a non-finite weight (%g at element %lld of %lld): a diverged or "
+                         "corrupted checkpoint", path, t->name, w[k], (long long)k, (long long)t->numel);
+                goto done;
+            }
     }
     for (int i = 0; i < f.n_tensors; i++) {
         if (used[i]) continue;
@@ -522,4 +541,129 @@ int ckpt_find_latest(const char *out, const char *marker, char *dir, size_t n) {
     closedir(d);
     if (best >= 0) snprintf(dir, n, "%s/ckpt_%08d", out, best);
     return best;
+}
+
+// ---- extra files, the output directory's lock, retention ---------------------------------------
+
+int ckpt_write_file(CkptWriter *w, const char *name, const void *const *bufs, const size_t *sizes, int nbuf,
+                    char *err, size_t n) {
+    char path[CKPT_PATH_MAX + 64];
+    if (!w->active) { snprintf(err, n, "checkpoint: ckpt_write_file(%s) without ckpt_begin", name); return -1; }
+    if (ckpt_path(w, name, path, sizeof path) != 0) { snprintf(err, n, "checkpoint: path of %s too long", name); return -1; }
+    FILE *f = fopen(path, "wb");
+    if (!f) { snprintf(err, n, "checkpoint: cannot create %s: %s", path, strerror(errno)); return -1; }
+    for (int i = 0; i < nbuf; i++)
+        if (sizes[i] && fwrite(bufs[i], 1, sizes[i], f) != sizes[i]) {
+            snprintf(err, n, "checkpoint: short write to %s: %s", path, strerror(errno));
+            fclose(f);
+            return -1;
+        }
+    if (fclose(f) != 0) { snprintf(err, n, "checkpoint: cannot close %s: %s", path, strerror(errno)); return -1; }
+    return 0;
+}
+
+int ckpt_read_file(const char *dir, const char *name, void *const *bufs, const size_t *sizes, int nbuf, char *err,
+                   size_t n) {
+    char path[CKPT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(err, n, "cannot open %s: %s", path, strerror(errno)); return -1; }
+    size_t want = 0;
+    for (int i = 0; i < nbuf; i++) want += sizes[i];
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != want) {
+        snprintf(err, n, "%s: %lld bytes, expected %zu (truncated or from another run shape)", path,
+                 (long long)sb.st_size, want);
+        fclose(f);
+        return -1;
+    }
+    for (int i = 0; i < nbuf; i++)
+        if (sizes[i] && fread(bufs[i], 1, sizes[i], f) != sizes[i]) {
+            snprintf(err, n, "%s: read failed", path);
+            fclose(f);
+            return -1;
+        }
+    fclose(f);
+    return 0;
+}
+
+int ckpt_out_lock(const char *out, int *fd_out, char *err, size_t n) {
+    *fd_out = -1;
+    if (make_dirs(out, err, n) != 0) return -1;
+    char path[CKPT_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/.lock", out);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) { snprintf(err, n, "cannot open the lock file %s: %s", path, strerror(errno)); return -1; }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[32] = "";
+        ssize_t k = pread(fd, holder, sizeof holder - 1, 0);
+        holder[k > 0 ? k : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        if (e == EWOULDBLOCK)
+            snprintf(err, n, "output directory %s is in use by another run (%s is locked; pid %s took it); wait for it "
+                     "or choose another --out", out, path, *holder ? holder : "?");
+        else snprintf(err, n, "cannot lock %s: %s", path, strerror(e));
+        close(fd);
+        return -1;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        snprintf(err, n, "cannot write the lock file %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+static int cmp_int(const void *a, const void *b) { int x = *(const int *)a, y = *(const int *)b; return (x > y) - (x < y); }
+
+int ckpt_retain(const char *out, int keep_last, char *err, size_t n) {
+    if (keep_last <= 0) return 0;
+    DIR *d = opendir(out);
+    if (!d) { snprintf(err, n, "retention: cannot read %s: %s", out, strerror(errno)); return -1; }
+    int *steps = NULL, count = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step;
+        char tail;
+        if (strlen(e->d_name) != 13 || sscanf(e->d_name, "ckpt_%8d%c", &step, &tail) != 1) continue;
+        if (count == cap) {
+            cap = cap ? cap * 2 : 16;
+            int *g = realloc(steps, (size_t)cap * sizeof(int));
+            if (!g) { free(steps); closedir(d); snprintf(err, n, "retention: out of memory"); return -1; }
+            steps = g;
+        }
+        steps[count++] = step;
+    }
+    closedir(d);
+    qsort(steps, (size_t)count, sizeof(int), cmp_int);
+    int removed = 0;
+    for (int i = 0; i + keep_last < count; i++) {
+        char p[CKPT_PATH_MAX];
+        snprintf(p, sizeof p, "%s/ckpt_%08d", out, steps[i]);
+        if (remove_tree(p) != 0) {
+            snprintf(err, n, "retention: cannot delete old checkpoint %s: %s", p, strerror(errno));
+            free(steps);
+            return -1;
+        }
+        removed++;
+    }
+    free(steps);
+    if (removed) fsync_path(out, 1);
+    return removed;
+}
+
+int ckpt_save(const char *dir, const ModelConfig *c, const float *params, StDtype dtype, const CkptFile *files,
+              int nfiles, char *err, size_t n) {
+    CkptWriter w;
+    if (ckpt_begin(&w, dir, err, n) != 0) return -1;
+    int rc = ckpt_write_model(&w, c, params, dtype, err, n);
+    for (int i = 0; rc == 0 && i < nfiles; i++)
+        rc = ckpt_write_file(&w, files[i].name, files[i].bufs, files[i].sizes, files[i].nbuf, err, n);
+    if (rc == 0) rc = ckpt_commit(&w, err, n);
+    if (rc != 0) ckpt_abort(&w);
+    return rc;
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -85,4 +86,32 @@ void logger_close(Logger *lg) {
     if (lg->log) fclose(lg->log);
     if (lg->metrics) fclose(lg->metrics);
     memset(lg, 0, sizeof *lg);
+}
+
+int logger_truncate_metrics(const char *dir, int step, char *err, size_t n) {
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/metrics.log", dir);
+    FILE *in = fopen(path, "r");
+    if (!in) {
+        if (errno == ENOENT) return 0;
+        snprintf(err, n, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) { snprintf(err, n, "cannot write %s: %s", tmp, strerror(errno)); fclose(in); return -1; }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int dropped = 0, werr = 0;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        int s;
+        if (sscanf(line, "s:%d", &s) == 1 && s > step) { dropped++; continue; }
+        if (fwrite(line, 1, (size_t)len, out) != (size_t)len) werr = 1;
+    }
+    free(line);
+    fclose(in);
+    if (fclose(out) != 0 || werr) { snprintf(err, n, "cannot write %s: %s", tmp, strerror(errno)); remove(tmp); return -1; }
+    if (rename(tmp, path) != 0) { snprintf(err, n, "cannot replace %s: %s", path, strerror(errno)); remove(tmp); return -1; }
+    return dropped;
 }

@@ -24,6 +24,11 @@ int logger_open(Logger *lg, const char *dir, int append, char *err, size_t n);
 void logger_printf(Logger *lg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void logger_metric(Logger *lg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void logger_close(Logger *lg);
+// Resume: drops the lines of <dir>/metrics.log that belong to steps after `step` (lines "s:N ..." with N > step,
+// written after the checkpoint the run resumes from), so the file never holds a step twice. The file is
+// rewritten through a temp file and a rename. A missing file is not an error. Returns the number of lines
+// dropped, or -1 with a message in err.
+int logger_truncate_metrics(const char *dir, int step, char *err, size_t n);
 
 // mkdir -p. Returns 0, or -1 with a message in err.
 int make_dirs(const char *path, char *err, size_t n);

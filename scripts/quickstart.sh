@@ -21,8 +21,12 @@ tok=(); [ -f "$GPT2/encoder.json" ] && tok=(--tokenizer "$GPT2")
 gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then gpu=1; fi
 [ -d .deps ] || [ ! -f scripts/deps_unpack.sh ] || [ -z "$(ls deps-debs/*.deb 2>/dev/null)" ] || bash scripts/deps_unpack.sh
+if [ $gpu = 1 ]; then OUTDIR=${QS_OUT:-out/quickstart}; else OUTDIR=${QS_OUT:-out/quickstart_cpu}; fi
+if ls -d "$OUTDIR"/ckpt_* >/dev/null 2>&1; then  # the trainers refuse to overwrite a run's checkpoints
+  echo "quickstart: $OUTDIR already holds a run; remove it or set QS_OUT=another/dir" >&2
+  exit 1
+fi
 if [ $gpu = 1 ]; then
-  OUTDIR=${QS_OUT:-out/quickstart}
   SECS=${QS_SECONDS:-180}
   make -j"$(nproc)" build/train_gpt_relu >/dev/null
   echo "quickstart: GPU found ($(nvidia-smi -L | head -1)); training preset 'small' for ${SECS}s into $OUTDIR"
@@ -38,7 +42,6 @@ if [ $gpu = 1 ]; then
         --stats
   fi
 else
-  OUTDIR=${QS_OUT:-out/quickstart_cpu}
   echo "quickstart: no GPU found (nvidia-smi lists none): training a tiny model on the CPU with the float64"
   echo "            reference model instead (build/train_cpu; 2 layers, d_model 64, ~1-2 minutes)."
   make -j"$(nproc)" build/train_cpu >/dev/null

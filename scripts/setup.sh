@@ -4,7 +4,7 @@
 #   bash scripts/setup.sh
 set -euo pipefail
 
-PKGS=(build-essential make pkg-config libcjson-dev libpcre2-dev libcmocka-dev libopenmpi-dev openmpi-bin python3)
+PKGS=(build-essential make pkg-config libcjson-dev libpcre2-dev libcmocka-dev libopenmpi-dev openmpi-bin python3 clang)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -28,7 +28,7 @@ fi
 [ -x build/tokenize ] || make -j"$(nproc)" build/tokenize >/dev/null
 if [ ! -f "$OUT/brown_train_000000.bin" ] || [ ! -f "$OUT/brown_val_000000.bin" ]; then
   # val: every 20th document (5%), deterministic
-  ./build/tokenize -q -t "$GPT2" -o "$OUT" -p brown -v 0.05 "$OUT"/brown/*.txt
+  ./build/tokenize -q -t "$GPT2" -o "$OUT" --prefix brown -v 0.05 "$OUT"/brown/*.txt
 fi
 
 python3 - "$OUT" <<'PY'

@@ -3,6 +3,7 @@
 # closing summary line. Usage: test/run_tests.sh CPU_TEST... -- GPU_TEST...
 # Every binary is a cmocka runner; its "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s)" lines
 # are added up. A binary that exits non-zero without a cmocka FAILED line counts as one failure.
+# Without a GPU, each GPU binary's tests are counted (its --count mode) and reported as skipped.
 set -u
 cpu=(); gpu=(); side=cpu
 for a in "$@"; do
@@ -26,13 +27,22 @@ run_one() {
 
 for t in "${cpu[@]}"; do run_one "$t"; done
 
+# A GPU listed by nvidia-smi must be usable: SLLM_GPU_REQUIRED=1 makes each GPU binary fail all its tests
+# when CUDA cannot start on it (test/gpu_harness.h), instead of skipping them.
 gpu_visible=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then gpu_visible=1; fi
 if [ ${#gpu[@]} -gt 0 ]; then
   if [ $gpu_visible = 1 ]; then
+    export SLLM_GPU_REQUIRED=1
     for t in "${gpu[@]}"; do run_one "$t"; done
   else
-    echo "=== GPU tests SKIPPED: no GPU visible (nvidia-smi lists none). Built but not run: ${gpu[*]}"
+    echo "=== GPU tests SKIPPED: no GPU visible (nvidia-smi lists none); counting their tests as skipped"
+    for t in "${gpu[@]}"; do
+      n=$("$t" --count 2>/dev/null | sed -n 's/^tests: \([0-9][0-9]*\)$/\1/p')
+      if [ -z "$n" ]; then echo "=== $t: --count gave no count"; failed=$((failed + 1)); broken+=("$t (--count)"); continue; fi
+      echo "    $t: $n tests not run"
+      skipped=$((skipped + n))
+    done
   fi
 fi
 

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "checkpoint.h"
 #include "common.h"
 #include "rng.h"
@@ -85,7 +87,11 @@ static void test_st_round_trip(void **s) {
     assert_int_equal(tb->dtype, ST_BF16);
     assert_int_equal(tb->end - tb->begin, 6);
     assert_int_equal(st_read_f32(&f, tb, got, err, sizeof err), 0);
-    for (int i = 0; i < 3; i++) assert_true(got[i] == sllm_round_bf16(b[i]));
+    // expected bf16 bits worked out by hand (round to nearest even), not by the writer's own rounding:
+    // 0.1f = 0x3DCCCCCD -> 0x3DCD, 0.2f = 0x3E4CCCCD -> 0x3E4D, 0.3f = 0x3E99999A -> 0x3E9A (truncation would
+    // give 0x3DCC, 0x3E4C, 0x3E99)
+    const uint32_t want_b[3] = {0x3DCD0000u, 0x3E4D0000u, 0x3E9A0000u};
+    for (int i = 0; i < 3; i++) { uint32_t u; memcpy(&u, &got[i], 4); assert_int_equal(u, want_b[i]); }
     const StTensor *tc = st_find(&f, "c");
     assert_memory_equal(st_tensor_data(&f, tc), c, sizeof c);
     assert_int_equal(st_read_f32(&f, tc, got, err, sizeof err), -1);
@@ -157,12 +163,38 @@ static void test_st_bad_files(void **s) {
 
 // ---- checkpoints --------------------------------------------------------------------------------
 
+// BF16 storage rounds to nearest, ties to even, and keeps NaN a NaN; expected bits are written out by hand.
+static void test_st_bf16_rounding(void **s) {
+    (void)s;
+    const uint32_t in[] = {0x3F808000u,   // tie, even upper 0x3F80: stays
+                           0x3F818000u,   // tie, odd upper 0x3F81: up to 0x3F82
+                           0x3F80FFFFu,   // above half: up
+                           0x3F807FFFu,   // below half: down
+                           0xBF818000u,   // negative tie, odd: away from zero in magnitude (0xBF82)
+                           0x7F7FFFFFu,   // FLT_MAX rounds up to infinity
+                           0x00000001u};  // smallest subnormal: rounds to +0
+    const uint16_t want[] = {0x3F80, 0x3F82, 0x3F81, 0x3F80, 0xBF82, 0x7F80, 0x0000};
+    const int n = (int)(sizeof in / sizeof in[0]);
+    float x[8];
+    memcpy(x, in, sizeof in);
+    char path[512], err[512];
+    path_in(path, sizeof path, "bf16.safetensors");
+    StWriteTensor t = {.name = "x", .dtype = ST_BF16, .ndim = 1, .shape = {n}, .data = x, .src_dtype = ST_F32};
+    assert_int_equal(st_write(path, &t, 1, NULL, NULL, 0, err, sizeof err), 0);
+    StFile f;
+    if (st_open(&f, path, err, sizeof err) != 0) fail_msg("%s", err);
+    const uint16_t *raw = (const uint16_t *)st_tensor_data(&f, st_find(&f, "x"));
+    for (int i = 0; i < n; i++)
+        if (raw[i] != want[i]) fail_msg("bf16 of 0x%08x: got 0x%04x, expected 0x%04x", in[i], raw[i], want[i]);
+    st_close(&f);
+}
+
 static void test_model(ModelConfig *c, float **params, int bf16_exact, uint64_t seed) {
     assert_true(config_from_preset("test", c));
     c->n_kv_head = 2;          // GQA
     c->l1_lambda = 3e-4f;
     c->rope_theta = 12345.5f;  // not a default: must round-trip
-    c->norm_eps = 1e-6f;
+    c->norm_eps = 2.5e-6f;     // neither the reader's default (1e-6) nor config_defaults': must round-trip
     ParamLayout lay;
     config_param_layout(c, &lay);
     *params = sllm_malloc(lay.total * sizeof(float));
@@ -233,6 +265,8 @@ static void test_ckpt_round_trip_f32(void **s) { (void)s; round_trip(ST_F32, 1);
 static void test_ckpt_round_trip_bf16(void **s) { (void)s; round_trip(ST_BF16, 1); }
 static void test_ckpt_round_trip_nongated(void **s) { (void)s; round_trip(ST_BF16, 0); }
 
+// config.json: every key looked up exactly at the top level (not found as a substring somewhere in the text),
+// with its type and value; rope_parameters checked on its own.
 static void test_ckpt_config_json_keys(void **s) {
     (void)s;
     ModelConfig c;
@@ -244,15 +278,36 @@ static void test_ckpt_config_json_keys(void **s) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *txt = sllm_read_file(path, NULL, NULL);
     assert_non_null(txt);
-    const char *keys[] = {"\"architectures\": [\"LlamaForCausalLM\"]", "\"model_type\": \"llama\"", "\"hidden_act\": \"relu\"",
-                          "\"hidden_size\": 32", "\"intermediate_size\": 64", "\"num_hidden_layers\": 2",
-                          "\"num_attention_heads\": 4", "\"num_key_value_heads\": 2", "\"head_dim\": 8", "\"vocab_size\": 96",
-                          "\"max_position_embeddings\": 16", "\"rope_theta\": 12345.5", "\"rms_norm_eps\": 1e-06",
-                          "\"tie_word_embeddings\": true", "\"attention_bias\": false", "\"mlp_bias\": false",
-                          "\"torch_dtype\": \"bfloat16\"", "\"sparsellm_gated\": true", "\"sparsellm_l1_lambda\": 0.0003",
-                          "\"rope_type\": \"default\""};
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-        if (!strstr(txt, keys[i])) fail_msg("config.json lacks %s:\n%s", keys[i], txt);
+    cJSON *j = cJSON_Parse(txt);
+    assert_non_null(j);
+    const struct { const char *key; double num; } nums[] = {
+        {"hidden_size", 32}, {"intermediate_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+        {"num_key_value_heads", 2}, {"head_dim", 8}, {"vocab_size", 96}, {"max_position_embeddings", 16},
+        {"rope_theta", 12345.5}, {"rms_norm_eps", 2.5e-6f}, {"sparsellm_l1_lambda", 3e-4f}};
+    for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, nums[i].key);
+        if (!cJSON_IsNumber(v)) fail_msg("config.json: top-level \"%s\" missing or not a number:\n%s", nums[i].key, txt);
+        if ((float)v->valuedouble != (float)nums[i].num)
+            fail_msg("config.json: \"%s\" is %.9g, expected %.9g", nums[i].key, v->valuedouble, nums[i].num);
+    }
+    const struct { const char *key, *str; } strs[] = {{"model_type", "llama"}, {"hidden_act", "relu"}, {"torch_dtype", "bfloat16"}};
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, strs[i].key);
+        if (!cJSON_IsString(v) || strcmp(v->valuestring, strs[i].str)) fail_msg("config.json: \"%s\" is not \"%s\"", strs[i].key, strs[i].str);
+    }
+    const struct { const char *key; int val; } bools[] = {{"tie_word_embeddings", 1}, {"attention_bias", 0}, {"mlp_bias", 0}, {"sparsellm_gated", 1}};
+    for (size_t i = 0; i < sizeof bools / sizeof *bools; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, bools[i].key);
+        if (!cJSON_IsBool(v) || cJSON_IsTrue(v) != bools[i].val) fail_msg("config.json: \"%s\" is not %s", bools[i].key, bools[i].val ? "true" : "false");
+    }
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(j, "architectures");
+    assert_true(cJSON_IsArray(arch) && cJSON_GetArraySize(arch) == 1);
+    assert_string_equal(cJSON_GetArrayItem(arch, 0)->valuestring, "LlamaForCausalLM");
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    assert_true(cJSON_IsObject(rp));
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(rp, "rope_type")->valuestring, "default");
+    assert_true((float)cJSON_GetObjectItemCaseSensitive(rp, "rope_theta")->valuedouble == 12345.5f);
+    cJSON_Delete(j);
     free(txt);
     free(p);
 }
@@ -466,6 +521,95 @@ static void replace_in_file(const char *path, const char *from, const char *to) 
     free(txt);
 }
 
+static void mut_nan(StWriteTensor *ts, int *n, float *sc) {
+    int i = find_idx(ts, *n, "model.layers.1.mlp.up_proj.weight");
+    size_t numel = (size_t)(ts[i].shape[0] * ts[i].shape[1]);
+    memcpy(sc, ts[i].data, numel * 4);
+    sc[7] = NAN;
+    ts[i].data = sc;
+}
+static void mut_inf(StWriteTensor *ts, int *n, float *sc) {
+    int i = find_idx(ts, *n, "model.norm.weight");
+    memcpy(sc, ts[i].data, (size_t)ts[i].shape[0] * 4);
+    sc[3] = -INFINITY;
+    ts[i].data = sc;
+}
+
+// A checkpoint holding a NaN or an infinity does not load; the error names the tensor and the element.
+static void test_ckpt_nonfinite_weights(void **s) {
+    (void)s;
+    char dir[512];
+    fresh_ckpt("bad_nan", dir, sizeof dir);
+    rewrite_model(dir, mut_nan);
+    expect_load_error(dir, "tensor 'model.layers.1.mlp.up_proj.weight' holds a non-finite weight (nan at element 7");
+    fresh_ckpt("bad_inf", dir, sizeof dir);
+    rewrite_model(dir, mut_inf);
+    expect_load_error(dir, "tensor 'model.norm.weight' holds a non-finite weight (-inf at element 3");
+}
+
+// ckpt_save: a failure at any step (here: an extra file that cannot be created) leaves no temp dir and no
+// checkpoint; the extra files of a successful save are there, byte for byte.
+static void test_ckpt_save_cleanup(void **s) {
+    (void)s;
+    ModelConfig c;
+    float *p;
+    test_model(&c, &p, 0, 6);
+    char dir[512], err[512];
+    path_in(dir, sizeof dir, "ckpt_fail");
+    const char *payload = "hello";
+    const void *b[1] = {payload};
+    const size_t z[1] = {5};
+    CkptFile bad[2] = {{"state.bin", b, z, 1}, {"no_such_dir/x.bin", b, z, 1}};
+    assert_int_equal(ckpt_save(dir, &c, p, ST_F32, bad, 2, err, sizeof err), -1);
+    assert_err_contains(err, "no_such_dir/x.bin");
+    assert_int_equal(count_entries_with_prefix(g_root, "ckpt_fail"), 0);  // no temp dir, no checkpoint
+    assert_int_equal(ckpt_save(dir, &c, p, ST_F32, bad, 1, err, sizeof err), 0);
+    char got[8] = "";
+    void *rb[1] = {got};
+    const size_t rz[1] = {5};
+    assert_int_equal(ckpt_read_file(dir, "state.bin", rb, rz, 1, err, sizeof err), 0);
+    assert_memory_equal(got, payload, 5);
+    const size_t rz2[1] = {6};
+    assert_int_equal(ckpt_read_file(dir, "state.bin", rb, rz2, 1, err, sizeof err), -1);  // size is checked
+    assert_err_contains(err, "expected 6");
+    assert_int_equal(count_entries_with_prefix(g_root, "ckpt_fail"), 1);
+    free(p);
+}
+
+// Retention keeps the newest N by step (not by name order of other entries), never touches other names.
+static void test_ckpt_retain(void **s) {
+    (void)s;
+    char out[512], d[1024], err[512];
+    path_in(out, sizeof out, "retain");
+    assert_int_equal(mkdir(out, 0755), 0);
+    const char *dirs[] = {"ckpt_00000100", "ckpt_00000020", "ckpt_00000003", "ckpt_00000300.tmp-9", "notes"};
+    for (int i = 0; i < 5; i++) { snprintf(d, sizeof d, "%s/%s", out, dirs[i]); assert_int_equal(mkdir(d, 0755), 0); }
+    assert_int_equal(ckpt_retain(out, 0, err, sizeof err), 0);   // 0: keep all
+    assert_int_equal(ckpt_retain(out, 2, err, sizeof err), 1);
+    assert_int_equal(count_entries_with_prefix(out, "ckpt_00000003"), 0);
+    assert_int_equal(count_entries_with_prefix(out, "ckpt_00000020"), 1);
+    assert_int_equal(count_entries_with_prefix(out, "ckpt_00000100"), 1);
+    assert_int_equal(count_entries_with_prefix(out, "ckpt_00000300.tmp"), 1);
+    assert_int_equal(count_entries_with_prefix(out, "notes"), 1);
+    assert_int_equal(ckpt_retain(out, 1, err, sizeof err), 1);
+    assert_int_equal(count_entries_with_prefix(out, "ckpt_00000020"), 0);
+    assert_int_equal(count_entries_with_prefix(out, "ckpt_00000100"), 1);
+}
+
+// The output directory's lock: a second holder is refused with a clear message; closing releases it.
+static void test_ckpt_out_lock(void **s) {
+    (void)s;
+    char out[512], err[512];
+    path_in(out, sizeof out, "locked/out");
+    int fd1, fd2;
+    if (ckpt_out_lock(out, &fd1, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(ckpt_out_lock(out, &fd2, err, sizeof err), -1);
+    assert_err_contains(err, "in use by another run");
+    close(fd1);
+    if (ckpt_out_lock(out, &fd2, err, sizeof err) != 0) fail_msg("%s", err);
+    close(fd2);
+}
+
 static void test_ckpt_bad_config(void **s) {
     (void)s;
     char dir[512], path[600];
@@ -485,6 +629,9 @@ static void test_ckpt_bad_config(void **s) {
         {"cfg_json", "\"hidden_size\": 32,", "\"hidden_size\": 32,,", "malformed JSON"},
         {"cfg_scaling", "\"use_cache\": true", "\"use_cache\": true, \"rope_scaling\": {\"factor\": 2.0}", "rope_scaling is set"},
         {"cfg_rope_type", "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", "rope_type must be \"default\""},
+        {"cfg_rope_top", "\"rope_theta\": 12345.5,", "\"rope_theta\": 999,", "rope_theta 999 disagrees with rope_parameters.rope_theta 12345.5"},
+        {"cfg_rope_nan", "\"rope_theta\": 12345.5", "\"rope_theta\": 1e999", "\"rope_theta\" must be a finite number"},
+        {"cfg_eps_neg", "\"rms_norm_eps\": 2.5e-06", "\"rms_norm_eps\": -2.5e-06", "must be positive"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         fresh_ckpt(cases[i].name, dir, sizeof dir);
@@ -541,6 +688,11 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_st_round_trip),
         cmocka_unit_test(test_st_bad_files),
+        cmocka_unit_test(test_st_bf16_rounding),
+        cmocka_unit_test(test_ckpt_nonfinite_weights),
+        cmocka_unit_test(test_ckpt_save_cleanup),
+        cmocka_unit_test(test_ckpt_retain),
+        cmocka_unit_test(test_ckpt_out_lock),
         cmocka_unit_test(test_ckpt_round_trip_f32),
         cmocka_unit_test(test_ckpt_round_trip_bf16),
         cmocka_unit_test(test_ckpt_round_trip_nongated),

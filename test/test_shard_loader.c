@@ -22,7 +22,7 @@ static void path_of(char *out, size_t n, const char *name) { snprintf(out, n, "%
 
 static void test_shard_roundtrip(void **state) {
     (void)state;
-    Rng r; rng_seed(&r, (uint64_t)time(NULL));
+    Rng r; rng_seed(&r, test_seed("test_shard_loader"));
     for (int tb = 2; tb <= 4; tb += 2) {
         size_t n = 1000 + rng_below(&r, 5000);
         int32_t *t = malloc(n * 4), *back = malloc(n * 4);
@@ -75,6 +75,8 @@ static void test_bad_shards(void **state) {
     bad_shard("tinyfile.bin", -1, 0, 100, 0, "truncated", "header");
     bad_shard("toolong.bin", 8, 50, -1, 0, "too long", "50 tokens");
     bad_shard("outofrange.bin", 1024 + 2 * 40, 0x0000ffff, -1, 50000, "token 65535 at index 40", "vocab size is 50000");
+    // the boundary: token 49999 fits a vocab of 50000, token 50000 does not
+    bad_shard("outofrange1.bin", 1024 + 2 * 41, 50000, -1, 50000, "token 50000 at index 41", "vocab size is 50000");
     char err[512]; Shard s;
     assert_int_equal(shard_open(&s, "/nonexistent/x.bin", 0, err, sizeof err), -1);
     assert_non_null(strstr(err, "/nonexistent/x.bin"));
@@ -100,7 +102,7 @@ static void test_loader_coverage(void **state) {
     char pat[512]; path_of(pat, sizeof pat, "cov_train_*.bin");
     const int T = 16, B = 3;
     int worlds[3] = {1, 2, 8};
-    uint64_t seed = (uint64_t)time(NULL);
+    uint64_t seed = test_seed("test_shard_loader") + 1;
     for (int wi = 0; wi < 3; wi++) {
         int W = worlds[wi];
         char err[512];
@@ -163,6 +165,30 @@ static void test_loader_determinism_and_resume(void **state) {
     assert_int_equal(loader_set_state(d3, &st, err, sizeof err), 0);
     for (int i = cut; i < N; i++) loader_next(d3, b + (size_t)i * B * T, tg);
     assert_memory_equal(a, b, (size_t)N * B * T * 4);
+    // resume exactly at the epoch boundary, and from a state saved in the second epoch. Seed 44: its first two
+    // epochs start in different shards (a new shard order), so a resume that kept epoch 0's shard order or
+    // position fails here.
+    const int nb = (int)loader_batches_per_epoch(d3);
+    assert_true(N > 2 * nb);
+    int32_t *ref = malloc((size_t)N * B * T * 4);
+    DataLoader *e0 = loader_open(pat, B, T, 1, 2, 44, 1, err, sizeof err);
+    for (int i = 0; i < N; i++) loader_next(e0, ref + (size_t)i * B * T, tg);
+    loader_close(e0);
+    assert_true(ref[0] / 100000 != ref[(size_t)nb * B * T] / 100000);
+    const int cuts[2] = {nb, nb + 3};
+    for (int c = 0; c < 2; c++) {
+        DataLoader *e1 = loader_open(pat, B, T, 1, 2, 44, 1, err, sizeof err);
+        for (int i = 0; i < cuts[c]; i++) loader_next(e1, b + (size_t)i * B * T, tg);
+        LoaderState es; loader_get_state(e1, &es);
+        loader_close(e1);
+        DataLoader *e2 = loader_open(pat, B, T, 1, 2, 44, 1, err, sizeof err);
+        assert_int_equal(loader_set_state(e2, &es, err, sizeof err), 0);
+        for (int i = cuts[c]; i < N; i++) loader_next(e2, b + (size_t)i * B * T, tg);
+        assert_true(loader_epoch(e2) >= 2);
+        loader_close(e2);
+        if (memcmp(ref, b, (size_t)N * B * T * 4) != 0) fail_msg("resume at batch %d (epoch boundary %d) differs", cuts[c], nb);
+    }
+    free(ref);
     // a different seed gives a different order
     DataLoader *d4 = loader_open(pat, B, T, 1, 2, 43, 1, err, sizeof err);
     for (int i = 0; i < 10; i++) loader_next(d4, b + (size_t)i * B * T, tg);
@@ -192,6 +218,10 @@ static void test_loader_val_and_errors(void **state) {
     assert_int_equal(loader_check_vocab(v, 1000000, err, sizeof err), 0);
     assert_int_equal(loader_check_vocab(v, 50000, err, sizeof err), -1);
     assert_non_null(strstr(err, "out of range"));
+    // the boundary: the largest token is 4*100000 + 767 = 400767, so vocab 400768 holds it and 400767 does not
+    assert_int_equal(loader_check_vocab(v, 400768, err, sizeof err), 0);
+    assert_int_equal(loader_check_vocab(v, 400767, err, sizeof err), -1);
+    assert_non_null(strstr(err, "token 400767"));
     loader_close(v);
     char nomatch[512]; path_of(nomatch, sizeof nomatch, "nothing_*.bin");
     assert_null(loader_open(nomatch, 4, 16, 0, 1, 0, 0, err, sizeof err));

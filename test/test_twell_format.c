@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "rng.h"
+#include "test_util.h"
 #include "twell/format.h"
 
 static uint64_t g_seed;
@@ -187,8 +188,7 @@ static void test_validator_catches(void **state) {
 }
 
 int main(void) {
-    g_seed = (uint64_t)time(NULL);
-    printf("test_twell_format: seed %llu\n", (unsigned long long)g_seed);
+    g_seed = test_seed("test_twell_format");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_densities), cmocka_unit_test(test_overflow_boundary),
         cmocka_unit_test(test_special_values),     cmocka_unit_test(test_shape_errors),

@@ -6,7 +6,9 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 // Relative Frobenius error ||x - ref|| / ||ref|| of a float result against a float64 reference;
@@ -35,6 +37,26 @@ static inline int test_tmpdir_rm_one(const char *path, const struct stat *st, in
 // Remove a test directory and everything below it; 0 on success.
 static inline int test_tmpdir_remove(const char *dir) {
     return nftw(dir, test_tmpdir_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+// The seed of a random test: SLLM_TEST_SEED when set (an unsigned integer), else one from the clock and the pid.
+// Printed either way, so any failure can be repeated. Each test binary calls it once and derives its streams.
+static inline uint64_t test_seed(const char *name) {
+    static int printed = 0;
+    static uint64_t seed;
+    if (printed) return seed;
+    const char *s = getenv("SLLM_TEST_SEED");
+    if (s && *s) {
+        char *end = NULL;
+        seed = strtoull(s, &end, 10);
+        if (*end) { fprintf(stderr, "%s: SLLM_TEST_SEED=\"%s\" is not an unsigned integer\n", name, s); exit(1); }
+    } else {
+        seed = ((uint64_t)time(NULL) * 2654435761ull) ^ (uint64_t)getpid();
+    }
+    printf("%s: seed %llu (SLLM_TEST_SEED=%llu repeats this run)\n", name, (unsigned long long)seed, (unsigned long long)seed);
+    fflush(stdout);
+    printed = 1;
+    return seed;
 }
 
 #endif  // SLLM_TEST_UTIL_H

@@ -8,7 +8,7 @@ Three byte-level BPE pipelines are trained on the corpus (vocab 8000) and saved 
   llama3:  Sequence[Split(Llama-3 regex, isolated), ByteLevel(use_regex=False)]   (Llama-3 style)
 with special tokens <|endoftext|>, <|im_start|>, <|im_end|>. Each encodes every corpus document and every hard
 string (dev/tokenizer/hard_strings.py) with add_special_tokens=False; special tokens in text are matched, so
-build/encode runs with -s. Prints counts, exits 1 on any mismatch.
+build/encode runs with --special. Prints counts, exits 1 on any mismatch.
 usage: hf_compare.py [--corpus DIR_OF_TXT] [--encode build/encode] [--work DIR]
 """
 import argparse
@@ -73,7 +73,7 @@ def main():
         inp = os.path.join(a.work, "texts.json")
         with open(inp, "w", encoding="utf-8") as f:
             json.dump(texts, f)
-        out = subprocess.run([a.encode, "-t", path, "-s", "-J", inp], capture_output=True, text=True)
+        out = subprocess.run([a.encode, "-t", path, "--special", "-J", inp], capture_output=True, text=True)
         if out.returncode != 0:
             print(f"{kind}: build/encode failed: {out.stderr}")
             total_bad += 1

@@ -24,6 +24,7 @@ extern "C" {
 #include <unistd.h>
 
 #include "attention.cuh"
+#include "gpu_harness.h"
 #include "rng.h"
 
 static uint64_t g_seed;
@@ -412,16 +413,14 @@ static void test_large_hd64(void **state) {
     run_shape((Shape){2, 1024, 8, 8, 64}, 1, 1);
 }
 
-int main(void) {
-    const char *env = getenv("SLLM_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10) : ((uint64_t)time(NULL) * 2654435761ull) ^ (uint64_t)getpid();
-    printf("test_attention: seed %llu (repeat with SLLM_TEST_SEED=%llu)\n", (unsigned long long)g_seed,
-           (unsigned long long)g_seed);
+int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validate),        cmocka_unit_test(test_mha_hd64_odd_T),
         cmocka_unit_test(test_gqa_hd64),        cmocka_unit_test(test_hd128),
         cmocka_unit_test(test_hd32),            cmocka_unit_test(test_small_hd_fallback),
         cmocka_unit_test(test_large_hd64),      cmocka_unit_test(test_deterministic),
     };
+    GPU_TEST_PREFLIGHT("test_attention", tests);
+    g_seed = gpu_test_seed("test_attention");
     return cmocka_run_group_tests_name("attention", tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@ extern "C" {
 #include <unistd.h>
 
 #include "twell/gate_wgmma.cuh"
+#include "gpu_harness.h"
 
 // One CTA of 128 threads waits on one mbarrier (count 1); thread 0 arrives on it iff `arrive`.
 __global__ void hang_guard_kernel(int arrive) {
@@ -93,10 +94,11 @@ static void test_guard_fires(void **state) {
                  "timeout, -1: crashed)", rc);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_guard_control),
         cmocka_unit_test(test_guard_fires),
     };
+    GPU_TEST_PREFLIGHT("test_hang_guard", tests);
     return cmocka_run_group_tests_name("hang_guard", tests, NULL, NULL);
 }

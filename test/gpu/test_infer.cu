@@ -32,6 +32,7 @@ extern "C" {
 #include "model/infer_engine.cuh"
 #include "model/ref_model.h"
 #include "rng.h"
+#include "gpu_harness.h"
 #include "test_util.h"
 
 static uint64_t g_seed;
@@ -334,17 +335,15 @@ static void test_engine_nongated_gqa(void **state) {
     assert_int_equal(compare_engine(&c, 2, 40), 0);
 }
 
-int main(void) {
-    const char *s = getenv("SLLM_TEST_SEED");
-    g_seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
-    printf("test_infer: seed %llu (SLLM_TEST_SEED=%llu repeats this run)\n", (unsigned long long)g_seed,
-           (unsigned long long)g_seed);
-    rng_seed(&g_rng, g_seed);
+int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_attention),
         cmocka_unit_test(test_rope_at),
         cmocka_unit_test(test_engine_gated),
         cmocka_unit_test(test_engine_nongated_gqa),
     };
+    GPU_TEST_PREFLIGHT("test_infer", tests);
+    g_seed = gpu_test_seed("test_infer");
+    rng_seed(&g_rng, g_seed);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

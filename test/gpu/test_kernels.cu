@@ -31,6 +31,7 @@ extern "C" {
 #include "test_util.h"
 #include "rmsnorm.cuh"
 #include "rng.h"
+#include "gpu_harness.h"
 #include "rope.cuh"
 
 static uint64_t g_seed;
@@ -529,6 +530,64 @@ static void test_adamw_and_norm(void **state) {
     cudaFree(dmaster); cudaFree(dm); cudaFree(dv); cudaFree(dg); cudaFree(dnorm); cudaFree(dpart); cudaFree(dp);
 }
 
+// ---- AdamW against closed-form values ----------------------------------------------------------------------
+// With the same gradient g at every step, bias correction makes mhat = g and vhat = g^2 exactly, so each step is
+//   p <- p (1 - lr wd) - lr g / (|g| + eps)
+// (the PyTorch AdamW formula), computed here in double, independently of both the kernels and ref_adamw_step.
+// A doubled learning rate, a missing bias correction, a missing or misplaced weight decay, or a clip applied
+// with no norm each move p by far more than the float tolerance. Per-tensor (half with decay, half without) and
+// multi-tensor (two segments) kernels, 6 steps.
+static void test_adamw_closed_form(void **state) {
+    SKIP_IF_NO_GPU();
+    const size_t n = 4096, half = n / 2;
+    const int steps = 6;
+    AdamWParams hp = {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, 0};  // max_norm 0: no clipping
+    float *p0 = (float *)sllm_malloc(n * 4), *g = (float *)sllm_malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        p0[i] = (float)(0.5 * rng_normal(&g_rng));
+        g[i] = (float)((i % 3 == 0 ? -1.0 : 1.0) * (0.01 + 0.5 * rng_uniform(&g_rng)));
+    }
+    double *want = (double *)sllm_malloc(n * 8);
+    for (size_t i = 0; i < n; i++) want[i] = p0[i];
+    for (int t = 1; t <= steps; t++)
+        for (size_t i = 0; i < n; i++) {
+            double wd = i < half ? hp.weight_decay : 0.0, gi = g[i];
+            want[i] = want[i] * (1.0 - (double)hp.lr * wd) - (double)hp.lr * gi / (fabs(gi) + (double)hp.eps);
+        }
+    for (int multi = 0; multi < 2; multi++) {
+        float *dmaster = dev_f32(p0, n), *dm = dev_f32(NULL, n), *dv = dev_f32(NULL, n), *dg = dev_f32(g, n);
+        cudaCheck(cudaMemset(dm, 0, n * 4));
+        cudaCheck(cudaMemset(dv, 0, n * 4));
+        bf16 *dp;
+        cudaCheck(cudaMalloc((void **)&dp, n * 2));
+        AdamWSegments seg;
+        memset(&seg, 0, sizeof seg);
+        seg.count = 2; seg.end[0] = half; seg.wd[0] = hp.weight_decay; seg.end[1] = n; seg.wd[1] = 0.0f;
+        for (int t = 1; t <= steps; t++) {
+            hp.step = t;
+            if (multi) adamw_update_multi(dp, dmaster, dm, dv, dg, &seg, &hp, NULL, 0);
+            else {
+                adamw_update(dp, dmaster, dm, dv, dg, half, &hp, hp.weight_decay, NULL, 0);
+                adamw_update(dp + half, dmaster + half, dm + half, dv + half, dg + half, n - half, &hp, 0.0f, NULL, 0);
+            }
+        }
+        float *hm = get_f32(dmaster, n), *hp16 = get_bf16(dp, n);
+        double worst = 0;
+        size_t wi = 0;
+        for (size_t i = 0; i < n; i++) {
+            double e = fabs(hm[i] - want[i]);
+            if (!(e <= worst)) { worst = e; wi = i; }
+        }
+        printf("  %s AdamW, %d steps: max |master - closed form| = %.3g at %zu (%.9g vs %.9g)\n",
+               multi ? "multi-tensor" : "per-tensor", steps, worst, wi, hm[wi], want[wi]);
+        assert_true(worst < 2e-6);  // float rounding of 6 updates of p ~ 1; one wrong term is >= 1e-4
+        for (size_t i = 0; i < n; i++) assert_true(hp16[i] == sllm_round_bf16(hm[i]));
+        free(hm); free(hp16);
+        cudaFree(dmaster); cudaFree(dm); cudaFree(dv); cudaFree(dg); cudaFree(dp);
+    }
+    free(p0); free(g); free(want);
+}
+
 // ---- strided-batched GEMM (gate+up fused GEMM) vs CPU -----------------------------------------------------
 static void test_matmul_batched(void **state) {
     SKIP_IF_NO_GPU();
@@ -637,17 +696,16 @@ static void test_matmul_relu_mask(void **state) {
     cudaFree(dx); cudaFree(dW); cudaFree(dout); cudaFree(dmask);
 }
 
-int main(void) {
-    const char *s = getenv("SLLM_TEST_SEED");
-    g_seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
-    printf("test_kernels: seed %llu (SLLM_TEST_SEED=%llu repeats this run)\n", (unsigned long long)g_seed,
-           (unsigned long long)g_seed);
-    rng_seed(&g_rng, g_seed);
+int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),    cmocka_unit_test(test_rope),  cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_classifier), cmocka_unit_test(test_ffn),   cmocka_unit_test(test_adamw_and_norm),
+        cmocka_unit_test(test_adamw_closed_form),
         cmocka_unit_test(test_matmul_batched),  cmocka_unit_test(test_matmul_relu_mask),
     };
+    GPU_TEST_PREFLIGHT("test_kernels", tests);
+    g_seed = gpu_test_seed("test_kernels");
+    rng_seed(&g_rng, g_seed);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

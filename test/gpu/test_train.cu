@@ -45,6 +45,7 @@ extern "C" {
 #include "model/ref_model.h"
 #include "test_util.h"
 #include "rng.h"
+#include "gpu_harness.h"
 
 static uint64_t g_seed;
 static Rng g_rng;
@@ -320,17 +321,15 @@ static void test_resume_bit_exact(void **state) {
     run_cmd(cmd);
 }
 
-int main(void) {
-    const char *s = getenv("SLLM_TEST_SEED");
-    g_seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
-    printf("test_train: seed %llu (SLLM_TEST_SEED=%llu repeats this run)\n", (unsigned long long)g_seed,
-           (unsigned long long)g_seed);
-    rng_seed(&g_rng, g_seed);
+int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_gated),
         cmocka_unit_test(test_forward_backward_nongated_gqa),
         cmocka_unit_test(test_adamw_steps),
         cmocka_unit_test(test_resume_bit_exact),
     };
+    GPU_TEST_PREFLIGHT("test_train", tests);
+    g_seed = gpu_test_seed("test_train");
+    rng_seed(&g_rng, g_seed);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,6 +26,7 @@
 #include "matmul.cuh"
 #include "rng.h"
 #include "twell/ffn.cuh"
+#include "gpu_harness.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1061,11 +1062,6 @@ static int selfcheck(void) {
 }
 
 int main(int argc, char **argv) {
-    g_seed = (uint64_t)time(NULL);
-    if (argc > 1 && strcmp(argv[1], "--selfcheck") == 0) { g_have_gpu = 0; return selfcheck(); }
-    printf("test_twell: seed %llu\n", (unsigned long long)g_seed);
-    g_have_gpu = cuda_device_available();
-    if (g_have_gpu) matmul_context_init(&g_mm);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shape_errors),        cmocka_unit_test(test_gate_wgmma),
         cmocka_unit_test(test_all_full_and_all_zero),
@@ -1076,6 +1072,11 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_decode),              cmocka_unit_test(test_decode_graph),
         cmocka_unit_test(test_decode_pdl),
     };
+    GPU_TEST_PREFLIGHT("test_twell", tests);
+    g_seed = gpu_test_seed("test_twell");
+    if (argc > 1 && strcmp(argv[1], "--selfcheck") == 0) { g_have_gpu = 0; return selfcheck(); }
+    g_have_gpu = cuda_device_available();
+    if (g_have_gpu) matmul_context_init(&g_mm);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     for (size_t i = 0; i < N_WSHAPES + 3; i++)
         if (g_wprob_made[i] && g_have_gpu) problem_free(&g_wprob[i]);

@@ -1,0 +1,90 @@
+// Tests of core/cli.h: strict numbers (whole string, finite, within the type and the range) and the one list
+// of short letters (every built binary's option table agrees with it: each binary is run with -h, which
+// fails with exit 2 on a table that gives a letter to another option).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static int parse(CliType type, double lo, double hi, const char *val, void *dst) {
+    CliOpt o = {"x", 0, type, dst, "", lo, hi, 0};
+    char msg[256];
+    return cli_parse_number(&o, val, msg, sizeof msg);
+}
+
+static void test_numbers(void **state) {
+    (void)state;
+    int i = 7; float f = 7; unsigned long long u = 7;
+    // integers: whole string, no exponent or fraction, within int and the range
+    assert_int_equal(parse(CLI_INT, 0, 0, "42", &i), 0); assert_int_equal(i, 42);
+    assert_int_equal(parse(CLI_INT, 0, 0, "-3", &i), 0); assert_int_equal(i, -3);
+    const char *bad_int[] = {"1e6", "0.5x", "0.5", "", " 1", "1 ", "12abc", "0x10", "2147483648", "-2147483649", "nan", "inf"};
+    for (size_t k = 0; k < sizeof bad_int / sizeof *bad_int; k++) {
+        i = 7;
+        if (parse(CLI_INT, 0, 0, bad_int[k], &i) == 0) fail_msg("int accepted \"%s\"", bad_int[k]);
+        assert_int_equal(i, 7);  // untouched
+    }
+    assert_int_not_equal(parse(CLI_INT, 1, 10, "11", &i), 0);
+    assert_int_not_equal(parse(CLI_INT, 1, 10, "0", &i), 0);
+    assert_int_equal(parse(CLI_INT, 1, 10, "10", &i), 0);
+    // floats: finite only, whole string, range
+    assert_int_equal(parse(CLI_FLOAT, 0, 10, "0.25", &f), 0); assert_true(f == 0.25f);
+    assert_int_equal(parse(CLI_FLOAT, 0, 0, "1e-3", &f), 0); assert_true(f == 1e-3f);
+    const char *bad_float[] = {"nan", "NaN", "-nan", "inf", "-inf", "infinity", "1e999", "0.5x", "", "1,5", " 1"};
+    for (size_t k = 0; k < sizeof bad_float / sizeof *bad_float; k++) {
+        f = 7;
+        if (parse(CLI_FLOAT, 0, 0, bad_float[k], &f) == 0) fail_msg("float accepted \"%s\"", bad_float[k]);
+        if (parse(CLI_FLOAT, -1e30, 1e30, bad_float[k], &f) == 0) fail_msg("float in range accepted \"%s\"", bad_float[k]);
+        assert_true(f == 7);
+    }
+    assert_int_not_equal(parse(CLI_FLOAT, 0, 10, "10.5", &f), 0);
+    assert_int_not_equal(parse(CLI_FLOAT, 0, 10, "-0.1", &f), 0);
+    // unsigned 64-bit
+    assert_int_equal(parse(CLI_U64, 0, 0, "18446744073709551615", &u), 0); assert_true(u == 18446744073709551615ull);
+    const char *bad_u64[] = {"-1", "+1", "18446744073709551616", "1e6", "", "3.0"};
+    for (size_t k = 0; k < sizeof bad_u64 / sizeof *bad_u64; k++)
+        if (parse(CLI_U64, 0, 0, bad_u64[k], &u) == 0) fail_msg("u64 accepted \"%s\"", bad_u64[k]);
+    assert_int_not_equal(parse(CLI_U64, 1, 100, "101", &u), 0);
+}
+
+static void test_letters(void **state) {
+    (void)state;
+    // the list itself: no letter twice, no long name twice
+    size_t n = sizeof cli_letters / sizeof cli_letters[0];
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = a + 1; b < n; b++) {
+            assert_int_not_equal(cli_letters[a].letter, cli_letters[b].letter);
+            assert_int_not_equal(strcmp(cli_letters[a].name, cli_letters[b].name), 0);
+        }
+    CliOpt ok = {"seed", 's', CLI_U64, NULL, "", 0, 0, 0}, clash = {"shard-size", 's', CLI_U64, NULL, "", 0, 0, 0};
+    assert_null(cli_letter_conflict(&ok));
+    assert_non_null(cli_letter_conflict(&clash));
+    // every built binary's table agrees (-h exits 0; a conflicting table exits 2 before printing the help)
+    const char *bins[] = {"build/tokenize", "build/encode", "build/train_cpu", "build/train_gpt_relu", "build/infer"};
+    int ran = 0;
+    for (size_t k = 0; k < sizeof bins / sizeof *bins; k++) {
+        if (access(bins[k], X_OK) != 0) { print_message("%s not built: its table not checked\n", bins[k]); continue; }
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "%s -h > /dev/null 2>&1", bins[k]);
+        int rc = system(cmd);
+        if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) fail_msg("%s -h failed (exit %d)", bins[k], WEXITSTATUS(rc));
+        ran++;
+    }
+    assert_true(ran >= 3);  // the CPU tools are always built before the tests
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_numbers),
+        cmocka_unit_test(test_letters),
+    };
+    return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
+}

@@ -276,11 +276,23 @@ static void zero1_set_master(Zero1 *z, const float *full, int full_on_device) {
     distCuda(z->d, cudaMemset(z->m, 0, 2 * c * sizeof(float)));
 }
 
-// Elements the flat bf16 parameter buffer can hold from `params` to the end of its allocation.
+// Elements the flat bf16 parameter buffer can hold from `params` to the end of its allocation (0 when unknown).
+// cuMemGetAddressRange comes through the runtime's driver entry point, so no binary links libcuda directly and the
+// test binaries still start (and count their tests) on a machine without a driver.
 static size_t zero1_params_capacity(const bf16 *params) {
+    typedef CUresult (*AddrRangeFn)(CUdeviceptr *, size_t *, CUdeviceptr);
+    static AddrRangeFn fn = NULL;
+    if (!fn) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult qr = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &qr) != cudaSuccess ||
+            qr != cudaDriverEntryPointSuccess || !p)
+            return 0;
+        fn = (AddrRangeFn)p;
+    }
     CUdeviceptr base = 0;
     size_t size = 0;
-    if (cuMemGetAddressRange(&base, &size, (CUdeviceptr)params) != CUDA_SUCCESS) return 0;
+    if (fn(&base, &size, (CUdeviceptr)params) != CUDA_SUCCESS) return 0;
     return (size_t)(base + size - (CUdeviceptr)params) / sizeof(bf16);
 }
 // Allocation size (elements) of a parameter buffer that lets zero1_step gather with one ncclAllGather.

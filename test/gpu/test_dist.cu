@@ -33,6 +33,7 @@ extern "C" {
 #include <unistd.h>
 
 #include "config.h"
+#include "gpu_harness.h"
 #include "test_util.h"
 #include "zero1.cuh"
 
@@ -567,7 +568,7 @@ static void test_external_ranks(void **state) {
     assert_int_equal(f, 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     const char *role = getenv("SLLM_DIST_TEST_ROLE");
     if (role && *role) return child_main(role);
     int world = 0;
@@ -584,5 +585,6 @@ int main(void) {
         cmocka_unit_test(test_two_ranks),
         cmocka_unit_test(test_killed_peer),
     };
+    GPU_TEST_PREFLIGHT("test_dist", tests);
     return cmocka_run_group_tests_name("dist", tests, NULL, NULL);
 }

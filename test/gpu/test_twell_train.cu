@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_common.cuh"
+#include "gpu_harness.h"
 #include "dev/bench/train_problem.cuh"
 #include "matmul.cuh"
 #include "twell/train_ffn.cuh"
@@ -266,12 +267,7 @@ static void test_shape_errors(void **state) {
     assert_int_equal(twtrain_ws_init(&ws, 0, 256, 512, 1, 0, 0, 0, &g_mm), TWELL_ERR_SHAPE);
 }
 
-int main(void) {
-    const char *env = getenv("SLLM_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-    printf("test_twell_train: seed %llu (SLLM_TEST_SEED to repeat)\n", (unsigned long long)g_seed);
-    g_have_gpu = cuda_device_available();
-    if (g_have_gpu) matmul_context_init(&g_mm);
+int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shape_errors),
         cmocka_unit_test(test_small_gated),
@@ -280,6 +276,10 @@ int main(void) {
         cmocka_unit_test(test_large_16384),
         cmocka_unit_test(test_large_131072),
     };
+    GPU_TEST_PREFLIGHT("test_twell_train", tests);
+    g_seed = gpu_test_seed("test_twell_train");
+    g_have_gpu = cuda_device_available();
+    if (g_have_gpu) matmul_context_init(&g_mm);
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (g_have_gpu) matmul_context_free(&g_mm);
     return rc;

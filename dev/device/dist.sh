@@ -117,7 +117,7 @@ cat "$OUT/bench.txt"; el
 
 # ---- tests of the trainer and of the distributed layer
 echo "== tests"
-{ for t in gpu_test_train_dist gpu_test_train gpu_test_dist; do echo "=== $t"; timeout 150 ./build/$t 2>&1 | tail -40; echo "rc=$?"; done; } > "$OUT/tests.txt" 2>&1
+{ for t in gpu_test_train_dist gpu_test_train gpu_test_dist; do echo "=== $t"; timeout 150 ./build/$t > /tmp/$t.txt 2>&1; echo "rc=$?"; tail -n 60 /tmp/$t.txt; done; } > "$OUT/tests.txt" 2>&1
 grep -E '^=== |PASSED|FAILED|SKIPPED|identical|ranks:|resumed|rc=' "$OUT/tests.txt"; el
 
 # ---- fault: SIGKILL rank 1 mid-run; rank 0 must end within the deadline (--dist-timeout 15) with a clear message

@@ -39,10 +39,12 @@ fi
 echo "mpirun: $(command -v mpirun || echo none); mpi.h: $(ls /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h /usr/include/openmpi/mpi.h 2>/dev/null || echo none)"
 
 # ---- build: the essentials first (this tree and the old trainer in parallel)
-( cd "$OLD" && { [ -d .deps ] || bash scripts/deps_unpack.sh >/dev/null; } && make -j16 build/train_gpt_relu ) > "$OUT/build.log" 2>&1 &
+# (never a bare `wait` in this script: it would also wait for the tee above, which never ends: a deadlock)
+( cd "$OLD" && { [ -d .deps ] || bash scripts/deps_unpack.sh >/dev/null; } && make -j16 build/train_gpt_relu ) > "$OUT/build_old.txt" 2>&1 &
+oldpid=$!
 make -j48 "${extra[@]}" build/train_gpt_relu build/gpu_test_train_dist build/gpu_test_train build/gpu_test_dist \
   build/test_rendezvous >> "$OUT/build.log" 2>&1 || { echo "BUILD FAILED"; grep -E 'error' "$OUT/build.log" | head -20; }
-wait
+wait $oldpid; cat "$OUT/build_old.txt" >> "$OUT/build.log"; rm -f "$OUT/build_old.txt"
 grep -E ' error|Error ' "$OUT/build.log" | head; ls -la build/train_gpt_relu "$OLD/build/train_gpt_relu"
 ldd build/train_gpt_relu | grep -E 'nccl|mpi'
 el; echo "build done"
@@ -142,7 +144,9 @@ S10="$COMMON --steps 10"
 {
   echo "-- file:// (scripts/run_dist.sh 2)"; bash scripts/run_dist.sh 2 $BIN $S10 2>&1 | grep -E '^dist:|^step +10/|error'
   echo "-- tcp:// (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)"
-  for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533 $BIN $S10 > /tmp/tcp$r.txt 2>&1 & done; wait
+  tp=()
+  for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533 timeout 90 $BIN $S10 > /tmp/tcp$r.txt 2>&1 & tp+=($!); done
+  wait "${tp[@]}"
   grep -hE '^dist:|^step +10/|error' /tmp/tcp0.txt /tmp/tcp1.txt
   if command -v mpirun >/dev/null; then
     echo "-- mpirun -np 2"; timeout 60 mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0 $BIN $S10 2>&1 | grep -E '^dist:|^step +10/|error' | head

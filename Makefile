@@ -133,7 +133,7 @@ $(LINK_CHECK): test/link/link_a.cu test/link/link_b.cu $(LIB)
 	$(NVCC) $(NVFLAGS) test/link/link_a.cu test/link/link_b.cu -o $@ $(LIB) $(NVLDFLAGS_DEPS) $(LDLIBS) $(CUDA_LIBS)
 
 # Targets that include core/dist.cuh (NCCL communicator, MPI launch) compile and link NCCL and MPI when found.
-DIST_USERS := $(BUILD)/gpu_test_dist
+DIST_USERS := $(BUILD)/gpu_test_dist $(BUILD)/train_gpt_relu
 $(DIST_USERS): NVFLAGS += $(NCCL_FLAGS) $(MPI_FLAGS)
 $(DIST_USERS): CUDA_LIBS += $(NCCL_LIBS) $(MPI_LIBS)
 

@@ -6,8 +6,20 @@
 //   build/train_gpt_relu -h          (every option, generated from the option table)
 //
 // Checkpoints: <out>/ckpt_<step 8 digits>/ = model.safetensors (fp32 master weights, HF Llama names) +
-// config.json + optimizer.bin (AdamW m, v) + train_state.bin (step, loader position, RNG, run shape),
-// written atomically (core/checkpoint.h). --resume continues from the newest complete one, bit-exactly.
+// config.json + opt_rank<r>.bin per rank (the ZeRO-1 shard: master, AdamW m, v) + train_state.bin (step,
+// loader position, RNG, run shape), written atomically as a whole (core/checkpoint.h, core/zero1.cuh).
+// --resume continues from the newest complete one, bit-exactly on the same GPU count; on another count the
+// optimizer shards are re-cut. The single-file optimizer.bin (m, v of every parameter) of older checkpoints
+// still loads, on any GPU count.
+//
+// Multi-GPU (core/dist.cuh): one process per GPU, data parallel, ZeRO-1. Launch with mpirun -np N, or
+// scripts/run_dist.sh N (file rendezvous), or per process with RANK/WORLD_SIZE/LOCAL_RANK and --dist-init
+// tcp://host:port (or MASTER_ADDR/MASTER_PORT). Each rank reads its stripe of every global batch
+// (dataloader/loader.h); the gradients are summed bucket by bucket while the backward runs (ModelDist hooks,
+// last micro-step only); each rank updates its shard of the fp32 master weights and AdamW moments and the bf16
+// weights are all-gathered. --total-batch stays the global batch: accum = total / (B*T*world). Rank 0 logs and
+// writes the shared files; every rank reports its own errors ("error: rank r of W: ..."). --out must be on a file
+// system that every rank sees.
 #include <dirent.h>
 #include <math.h>
 #include <stdint.h>
@@ -28,6 +40,7 @@
 #include "model/train_model.cuh"
 #include "rng.h"
 #include "sampler.h"
+#include "zero1.cuh"
 
 // ---------------------------------------------------------------------------------------------------
 // Options
@@ -35,8 +48,9 @@ typedef struct {
     const char *train, *val, *preset, *init_from, *out, *tokenizer, *schedule;
     int batch, seq, total_batch, steps, warmup, eval_every, eval_batches, sample_every, sample_tokens, ckpt_every,
         resume, recompute, vocab, log_stats_every, bench, stop_at, d_model, n_layer, n_head, n_kv_head, head_dim,
-        d_ff, nongated, max_seq, rank, world, time_limit, deterministic, profile, keep_last, allow_config_change;
-    float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta;
+        d_ff, nongated, max_seq, time_limit, deterministic, profile, no_reduce, keep_last, allow_config_change;
+    float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta, dist_timeout;
+    const char *dist_init, *grad_reduce;
     unsigned long long seed;
 } Options;
 
@@ -49,7 +63,7 @@ static void options_defaults(Options *o) {
     o->recompute = 0; o->vocab = 0; o->log_stats_every = 10; o->bench = 0; o->stop_at = -1;
     o->lr = 1e-3f; o->final_lr_frac = 0.1f; o->wd = 0.1f; o->grad_clip = 1.0f; o->l1 = -1.0f;
     o->beta1 = 0.9f; o->beta2 = 0.95f; o->eps = 1e-8f; o->temperature = 1.0f; o->seed = 1337;
-    o->rank = 0; o->world = 1;
+    o->grad_reduce = "allreduce";
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -86,33 +100,81 @@ typedef struct {
     uint64_t seed;
 } TrainState;
 
-// Writes <out>/ckpt_<step> (weights, config.json, optimizer.bin, train_state.bin, train_config.json) through
-// ckpt_save, which removes the temp dir on any failure; then applies --keep-last.
-static void save_checkpoint(Model *m, const char *out, int step, const TrainState *ts, const TrainConfig *tc,
-                            int keep_last, Logger *lg) {
-    char dir[CKPT_PATH_MAX], err[512];
+// Deadline of the checkpoint's collectives: rank 0 may write gigabytes while the others wait.
+#define CKPT_COLLECTIVE_TIMEOUT_S 3600.0
+
+// Writes <out>/ckpt_<step>. A collective: every rank calls it at the same step. Rank 0 creates the temp dir and
+// sends its path to the others; the fp32 master weights are gathered into the gradient buffer (free between
+// steps); rank 0 writes model.safetensors, config.json and train_state.bin, every rank its optimizer shard. Only
+// when every rank succeeded does rank 0 rename the temp dir into place (ckpt_commit); otherwise it removes it and
+// every rank stops with an error: a checkpoint is complete or absent, and older ones are untouched.
+static void save_checkpoint(Model *m, Zero1 *z, Dist *d, const char *out, int step, const TrainState *ts,
+                            const TrainConfig *tc, int keep_last, Logger *lg) {
+    char dir[CKPT_PATH_MAX], err[8704] = "", path[CKPT_PATH_MAX];
     snprintf(dir, sizeof dir, "%s/ckpt_%08d", out, step);
     double t0 = sllm_time_s();
-    size_t n = m->lay.total;
-    float *buf = (float *)sllm_malloc(n * sizeof(float)), *mbuf = (float *)sllm_malloc(n * sizeof(float)),
-          *vbuf = (float *)sllm_malloc(n * sizeof(float));
-    model_get_params(m, buf);
-    model_get_opt_state(m, mbuf, vbuf);
-    const uint32_t hdr[4] = {OPT_STATE_MAGIC, 1, (uint32_t)(n & 0xffffffffu), (uint32_t)(n >> 32)};
-    char *tcj = train_config_json(tc);
-    SLLM_CHECK(tcj, "out of memory");
-    const void *ob[3] = {hdr, mbuf, vbuf}, *sb[1] = {ts}, *cb[1] = {tcj};
-    const size_t os[3] = {sizeof hdr, n * sizeof(float), n * sizeof(float)}, ss[1] = {sizeof *ts}, cs[1] = {strlen(tcj)};
-    const CkptFile files[3] = {{"optimizer.bin", ob, os, 3}, {"train_state.bin", sb, ss, 1}, {TRAIN_CONFIG_FILE, cb, cs, 1}};
-    if (ckpt_save(dir, &m->cfg, buf, ST_F32, files, 3, err, sizeof err) != 0) SLLM_FATAL("checkpoint %s: %s", dir, err);
-    free(buf); free(mbuf); free(vbuf); free(tcj);
-    logger_printf(lg, "checkpoint: wrote %s (%.1f s)\n", dir, sllm_time_s() - t0);
-    int del = ckpt_retain(out, keep_last, err, sizeof err);
-    if (del < 0) SLLM_FATAL("%s", err);
-    if (del > 0) logger_printf(lg, "checkpoint: deleted %d old checkpoint(s) (--keep-last %d)\n", del, keep_last);
+    const size_t n = m->lay.total;
+    CkptWriter w;
+    memset(&w, 0, sizeof w);
+    char tmp[CKPT_PATH_MAX + 32] = "";
+    if (d->rank == 0) {
+        if (ckpt_begin(&w, dir, err, sizeof err) == 0) snprintf(tmp, sizeof tmp, "%s", w.tmp);
+        else fprintf(stderr, "error: checkpoint %s: %s\n", dir, err);
+    }
+    dist_broadcast_bytes(d, tmp, sizeof tmp, 0, CKPT_COLLECTIVE_TIMEOUT_S);
+    if (!tmp[0]) SLLM_FATAL("checkpoint %s: rank 0 could not create its temp directory", dir);
+    zero1_gather_master(z, m->grads, m->stream);  // every rank takes part; rank 0 writes them
+    int ok = 1;
+    if (d->rank == 0) {
+        float *buf = (float *)sllm_malloc(n * sizeof(float));
+        cudaCheck(cudaStreamSynchronize(m->stream));
+        cudaCheck(cudaMemcpy(buf, m->grads, n * sizeof(float), cudaMemcpyDeviceToHost));
+        if (ckpt_write_model(&w, &m->cfg, buf, ST_F32, err, sizeof err) != 0) ok = 0;
+        free(buf);
+        FILE *f = NULL;
+        if (ok && (ckpt_path(&w, "train_state.bin", path, sizeof path) != 0 || !(f = fopen(path, "wb")))) {
+            snprintf(err, sizeof err, "cannot create train_state.bin in %s", w.tmp);
+            ok = 0;
+        }
+        if (ok) {
+            ok = fwrite(ts, sizeof *ts, 1, f) == 1;
+            ok = (fclose(f) == 0) && ok;
+            if (!ok) snprintf(err, sizeof err, "cannot write %s", path);
+        }
+        if (ok) {  // the whole training configuration, compared on resume (core/train_config.h)
+            char *tcj = train_config_json(tc);
+            const void *cb[1] = {tcj};
+            const size_t cs[1] = {tcj ? strlen(tcj) : 0};
+            if (!tcj || ckpt_write_file(&w, TRAIN_CONFIG_FILE, cb, cs, 1, err, sizeof err) != 0) ok = 0;
+            free(tcj);
+        }
+    }
+    if (ok && zero1_write_shard(z, tmp, err, sizeof err) != 0) ok = 0;
+    if (!ok) fprintf(stderr, "error: rank %d of %d: checkpoint %s: %s\n", d->rank, d->world, dir, err);
+    const int all_ok = dist_all_ok(d, ok, CKPT_COLLECTIVE_TIMEOUT_S);
+    int committed = 1;
+    if (d->rank == 0) {
+        if (all_ok) {
+            if (ckpt_commit(&w, err, sizeof err) != 0) {
+                fprintf(stderr, "error: checkpoint %s: %s\n", dir, err);
+                committed = 0;
+            }
+        } else ckpt_abort(&w);
+    }
+    committed = dist_all_ok(d, committed, CKPT_COLLECTIVE_TIMEOUT_S);
+    if (!all_ok || !committed)
+        SLLM_FATAL("checkpoint %s was not written (see the error of the failing rank above; the temp dir was removed, "
+                   "earlier checkpoints are intact)", dir);
+    logger_printf(lg, "checkpoint: wrote %s (%d optimizer shard%s, %.1f s)\n", dir, d->world, d->world > 1 ? "s" : "",
+                  sllm_time_s() - t0);
+    if (d->rank == 0) {  // --keep-last: only after the new checkpoint is complete
+        int del = ckpt_retain(out, keep_last, err, sizeof err);
+        if (del < 0) SLLM_FATAL("%s", err);
+        if (del > 0) logger_printf(lg, "checkpoint: deleted %d old checkpoint(s) (--keep-last %d)\n", del, keep_last);
+    }
 }
 
-static void load_train_state(const char *dir, TrainState *ts, Model *m) {
+static void load_train_state(const char *dir, TrainState *ts, const Model *m) {
     char path[CKPT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/train_state.bin", dir);
     FILE *f = sllm_fopen(path, "rb");
@@ -124,11 +186,24 @@ static void load_train_state(const char *dir, TrainState *ts, Model *m) {
     if (ts->total_params != m->lay.total)
         SLLM_FATAL("%s: saved for %llu parameters, the model has %zu", path, (unsigned long long)ts->total_params,
                    m->lay.total);
+}
+
+// This rank's ZeRO-1 shard (master, m, v) from a checkpoint: the per-rank shard files, re-cut when another number
+// of ranks wrote them; or the single-file optimizer.bin (m, v of every parameter; the master weights are then
+// those of model.safetensors, `master_full`).
+static void load_optimizer(const char *dir, Zero1 *z, const float *master_full) {
+    char path[CKPT_PATH_MAX + 32], err[8704];
+    zero1_shard_path(path, sizeof path, dir, 0);
+    if (access(path, F_OK) == 0) {
+        if (zero1_read_shards(z, dir, err, sizeof err) != 0) SLLM_FATAL("resume from %s: %s", dir, err);
+        return;
+    }
     snprintf(path, sizeof path, "%s/optimizer.bin", dir);
-    f = sllm_fopen(path, "rb");
+    FILE *f = fopen(path, "rb");
+    if (!f) SLLM_FATAL("resume from %s: no optimizer state (neither opt_rank00000.bin nor optimizer.bin)", dir);
     uint32_t hdr[4];
     sllm_fread(hdr, sizeof hdr, 1, f, "optimizer header");
-    size_t n = m->lay.total;
+    const size_t n = z->total, off = z->shard.offset, c = z->shard.count;
     if (hdr[0] != OPT_STATE_MAGIC || hdr[1] != 1 || (((size_t)hdr[3] << 32) | hdr[2]) != n)
         SLLM_FATAL("%s: bad optimizer state header (magic %08x version %u, %zu params; expected %zu)", path, hdr[0],
                    hdr[1], ((size_t)hdr[3] << 32) | hdr[2], n);
@@ -136,24 +211,42 @@ static void load_train_state(const char *dir, TrainState *ts, Model *m) {
     sllm_fread(mb, 4, n, f, "AdamW m");
     sllm_fread(vb, 4, n, f, "AdamW v");
     fclose(f);
-    model_set_opt_state(m, mb, vb);
+    if (c) {
+        cudaCheck(cudaMemcpy(z->master, master_full + off, c * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(z->m, mb + off, c * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(z->v, vb + off, c * 4, cudaMemcpyHostToDevice));
+    }
     free(mb);
     free(vb);
 }
 
+// ---- data-parallel hooks of the model (ModelDist) --------------------------------------------------
+typedef struct {
+    Dist *d;
+    GradReducer *red;
+} DistHooks;
+static void hook_grad_ready(void *ctx, int b, cudaStream_t s) { grad_reducer_ready(((DistHooks *)ctx)->red, b, s); }
+static void hook_sum_f32(void *ctx, float *p, size_t n, cudaStream_t s) { dist_allreduce_sum_f32(((DistHooks *)ctx)->d, p, n, s); }
+static void hook_sum_u64(void *ctx, unsigned long long *p, size_t n, cudaStream_t s) {
+    dist_allreduce_sum_u64(((DistHooks *)ctx)->d, p, n, s);
+}
+static void hook_max_u8(void *ctx, uint8_t *p, size_t n, cudaStream_t s) { dist_allreduce_max_u8(((DistHooks *)ctx)->d, p, n, s); }
+
 // ---------------------------------------------------------------------------------------------------
 // Evaluation and sampling
-static float evaluate(Model *m, DataLoader *val, int batches, int32_t *in, int32_t *tg) {
+// Mean validation CE over `batches` micro-batches of every rank (each rank reads its stripe).
+static float evaluate(Model *m, Dist *d, DataLoader *val, int batches, int32_t *in, int32_t *tg) {
     loader_reset(val);
     cudaCheck(cudaMemsetAsync(m->scalars + SC_CE, 0, sizeof(float), m->stream));
     for (int i = 0; i < batches; i++) {
         loader_next(val, in, tg);
         model_forward(m, in, tg, m->B, m->T, MODEL_EVAL, 0.0f);
     }
+    dist_allreduce_sum_f32(d, m->scalars + SC_CE, 1, m->stream);
     float ce;
     cudaCheck(cudaStreamSynchronize(m->stream));
     cudaCheck(cudaMemcpy(&ce, m->scalars + SC_CE, sizeof ce, cudaMemcpyDeviceToHost));
-    return ce / ((float)batches * m->N);
+    return ce / ((float)batches * m->N * d->world);
 }
 
 // Unconditional sample from the end-of-text token: full-recompute forward per token (simple, no KV cache).
@@ -246,11 +339,34 @@ int main(int argc, char **argv) {
         {"time-limit", 0, CLI_INT, &o.time_limit, "stop after this many seconds of training (eval, sample, checkpoint, exit)", 1, 1e9, 0},
         {"bench", 0, CLI_INT, &o.bench, "benchmark: N steps (random tokens if no --train), median step time and a per-phase GPU time table (CUDA events)", 1, 1e6, 0},
         {"profile", 0, CLI_FLAG, &o.profile, "print the per-phase GPU time table in training too (every --log-stats-every steps)", 0, 0, 0},
+        {"dist-init", 0, CLI_STRING, &o.dist_init, "multi-GPU rendezvous: mpi, file:///shared/path, tcp://host:port, env (MASTER_ADDR/PORT); default: mpi under mpirun, else $SLLM_DIST_INIT", 0, 0, 0},
+        {"dist-timeout", 0, CLI_FLOAT, &o.dist_timeout, "seconds before a stuck collective ends every rank (default $SLLM_DIST_TIMEOUT or 120)", 1, 1e6, 0},
+        {"grad-reduce", 0, CLI_STRING, &o.grad_reduce, "gradient reduction: allreduce (default) or owner (reduce each piece to the rank owning its shard)", 0, 0, 0},
+        {"debug-no-reduce", 0, CLI_FLAG, &o.no_reduce, "debug/benchmark only: skip the gradient reduction (ranks diverge; shows the cost of the communication)", 0, 0, 0},
         {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
     };
     cli_parse(argc, argv, opts, "train_gpt_relu",
-              "Trains a Llama-style model with a ReLU-gated FFN and an L1 activation penalty on one GPU.");
+              "Trains a Llama-style model with a ReLU-gated FFN and an L1 activation penalty on one or several GPUs "
+              "(one process per GPU: mpirun -np N, or scripts/run_dist.sh N).");
     char err[1024];
+    GradReduceMode reduce_mode = GRAD_ALLREDUCE;
+    if (strcmp(o.grad_reduce, "owner") == 0) reduce_mode = GRAD_REDUCE_TO_OWNER;
+    else if (strcmp(o.grad_reduce, "allreduce") != 0)
+        SLLM_FATAL("--grad-reduce %s: expected allreduce or owner", o.grad_reduce);
+
+    // ---- processes: rank, world, GPU, NCCL communicator (world 1: no NCCL)
+    Dist d;
+    DistOptions dopt = {-1, -1, -1, o.dist_init, o.dist_timeout};
+    if (dopt.timeout_s <= 0 && getenv("SLLM_DIST_TIMEOUT")) dopt.timeout_s = atof(getenv("SLLM_DIST_TIMEOUT"));
+    dist_init(&d, &dopt);
+    if (d.world > 1) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "rank %d of %d: ", d.rank, d.world);
+        sllm_set_fatal_tag(tag);
+        // rank 0 logs; the others print only errors (stderr), unless SLLM_LOG_ALL_RANKS=1
+        if (d.rank != 0 && !getenv("SLLM_LOG_ALL_RANKS") && !freopen("/dev/null", "w", stdout))
+            SLLM_FATAL("cannot silence stdout");
+    }
     // Every kernel of the default path is deterministic (the attention backward computes dq in its own pass),
     // so resume is bit-exact. Only SLLM_ATTN_BWD=atomic (dq added with atomics, a little faster) is not;
     // --deterministic overrides it.
@@ -262,7 +378,7 @@ int main(int argc, char **argv) {
     char resume_dir[CKPT_PATH_MAX] = "";
     int resume_step = -1;
     int out_lock = -1;
-    if (o.out && !o.bench && o.rank == 0) {  // one run per output directory; checked before any work
+    if (o.out && !o.bench && d.rank == 0) {  // one run per output directory; checked before any work
         if (ckpt_out_lock(o.out, &out_lock, err, sizeof err) != 0) SLLM_FATAL("%s", err);
         if (!o.resume && ckpt_find_latest(o.out, CKPT_MODEL_FILE, resume_dir, sizeof resume_dir) >= 0)
             SLLM_FATAL("%s already holds checkpoints (%s): pass --resume to continue that run, or choose a new --out",
@@ -273,6 +389,11 @@ int main(int argc, char **argv) {
     if (o.resume) {
         if (!o.out) SLLM_FATAL("--resume needs --out (the directory holding the checkpoints)");
         resume_step = ckpt_find_latest(o.out, "train_state.bin", resume_dir, sizeof resume_dir);
+        int step0 = resume_step;  // every rank must resume from rank 0's checkpoint
+        dist_broadcast_bytes(&d, &step0, sizeof step0, 0, 0);
+        if (step0 != resume_step)
+            SLLM_FATAL("--resume: this rank finds checkpoint step %d in %s, rank 0 finds %d (--out must be on a file "
+                       "system shared by every rank)", resume_step, o.out, step0);
         if (resume_step < 0) printf("resume: no checkpoint in %s, starting from scratch\n", o.out);
     }
     if (resume_step >= 0 || o.init_from) {
@@ -316,34 +437,35 @@ int main(int argc, char **argv) {
     if (o.seq == 0) o.seq = cfg.max_seq;
     if (o.seq > cfg.max_seq) SLLM_FATAL("--seq %d is longer than the model's max_seq %d (use --max-seq)", o.seq, cfg.max_seq);
     const int B = o.batch, T = o.seq;
-    const long long tok_per_micro = (long long)B * T * o.world;
+    const long long tok_per_micro = (long long)B * T * d.world;
     if (o.total_batch == 0) o.total_batch = (int)tok_per_micro;
     if (o.total_batch % tok_per_micro != 0)
-        SLLM_FATAL("--total-batch %d must be a multiple of B*T*world = %d*%d*%d = %lld", o.total_batch, B, T, o.world,
-                   tok_per_micro);
+        SLLM_FATAL("--total-batch %d must be a multiple of B*T*world = %d*%d*%d = %lld (micro-steps per rank = "
+                   "total / (B*T*world)); change --batch or --total-batch", o.total_batch, B, T, d.world, tok_per_micro);
     const int accum = (int)(o.total_batch / tok_per_micro);
     if (lr_schedule_check(o.schedule, o.warmup, o.steps, o.lr, o.final_lr_frac, err, sizeof err) != 0)
         SLLM_FATAL("learning-rate schedule: %s", err);
     if (!o.bench && !o.train) SLLM_FATAL("--train is required (a glob of .bin shards), or use --bench N");
     if (o.stop_at > 0 && !o.out) SLLM_FATAL("--stop-at needs --out (it writes a checkpoint)");
     const TrainConfig tcfg = {o.schedule, o.steps, o.warmup, o.lr, o.final_lr_frac, o.wd, o.beta1, o.beta2, o.eps,
-                              o.grad_clip, B, T, o.total_batch, o.world, cfg.l1_lambda, cfg.rope_theta, o.seed};
+                              o.grad_clip, B, T, o.total_batch, d.world, cfg.l1_lambda, cfg.rope_theta, o.seed};
     if (resume_step >= 0) {  // the same run, or an explicitly allowed change
         int rc = train_config_check(resume_dir, &tcfg, o.allow_config_change, err, sizeof err);
         if (rc < 0) SLLM_FATAL("%s", err);
         if (rc > 0) printf("resume: configuration changed (%s): %s\n", TRAIN_CONFIG_ALLOW_FLAG, err);
-        if (o.rank == 0 && logger_truncate_metrics(o.out, resume_step, err, sizeof err) < 0) SLLM_FATAL("%s", err);
+        if (d.rank == 0 && logger_truncate_metrics(o.out, resume_step, err, sizeof err) < 0) SLLM_FATAL("%s", err);
     }
 
     // ---- device
-    if (!cuda_device_available()) SLLM_FATAL("no CUDA device found (this trainer needs a GPU; see scripts/quickstart.sh for the CPU path)");
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    cudaCheck(cudaGetDeviceProperties(&prop, d.device));
     const double peak = device_peak_bf16(prop.name);
 
     // ---- logging
     Logger lg;
-    if (logger_open(&lg, o.bench ? NULL : o.out, resume_step >= 0, err, sizeof err) != 0) SLLM_FATAL("%s", err);
+    if (logger_open(&lg, o.bench || d.rank != 0 ? NULL : o.out, resume_step >= 0, err, sizeof err) != 0)
+        SLLM_FATAL("%s", err);
+    if (d.rank != 0 && !getenv("SLLM_LOG_ALL_RANKS")) lg.quiet = 1;
     logger_printf(&lg, "device: %s, %d SMs, %.1f GiB; peak bf16 %s\n", prop.name, prop.multiProcessorCount,
                   prop.totalGlobalMem / 1073741824.0, peak > 0 ? "known" : "unknown (MFU n/a)");
     config_print(&cfg, stdout);
@@ -352,7 +474,7 @@ int main(int argc, char **argv) {
     // ---- data
     DataLoader *train = NULL, *val = NULL;
     if (o.train) {
-        train = loader_open(o.train, B, T, o.rank, o.world, o.seed, 1, err, sizeof err);
+        train = loader_open(o.train, B, T, d.rank, d.world, o.seed, 1, err, sizeof err);
         if (!train) SLLM_FATAL("training data: %s", err);
         if (loader_check_vocab(train, cfg.vocab_size, err, sizeof err) != 0) SLLM_FATAL("training data: %s", err);
         char sum[512];
@@ -360,7 +482,7 @@ int main(int argc, char **argv) {
         logger_printf(&lg, "train: %s\n", sum);
     }
     if (o.val && !o.bench) {
-        val = loader_open(o.val, B, T, o.rank, o.world, o.seed, 0, err, sizeof err);
+        val = loader_open(o.val, B, T, d.rank, d.world, o.seed, 0, err, sizeof err);
         if (!val) SLLM_FATAL("validation data: %s", err);
         if (loader_check_vocab(val, cfg.vocab_size, err, sizeof err) != 0) SLLM_FATAL("validation data: %s", err);
         char sum[512];
@@ -375,11 +497,30 @@ int main(int argc, char **argv) {
             SLLM_FATAL("tokenizer has %d tokens but the model's vocab is %d", tokenizer_vocab_size(tok), cfg.vocab_size);
     }
 
-    // ---- model
+    // ---- model: bf16 weights and fp32 gradients on every rank; fp32 master weights and AdamW moments sharded
+    // (ZeRO-1; world 1: one shard of everything, the same kernels and bits as the unsharded update). The full
+    // fp32 initial weights go through the gradient buffer (unused until the first backward).
     Model model;
-    model_create(&model, &cfg, B, T, o.recompute, 1, 1);
-    if (init_params) { model_set_params(&model, init_params); free(init_params); }
-    else model_init_random(&model, o.seed);
+    ParamLayout lay0;
+    config_param_layout(&cfg, &lay0);
+    model_create_ex(&model, &cfg, B, T, o.recompute, 0, 1, zero1_padded_total(lay0.total, d.world));
+    Zero1 zero;
+    zero1_init_layout(&zero, &d, &model.lay);
+    if (init_params) params_upload(model.params, model.grads, init_params, model.lay.total, model.stream);
+    else params_init_random(model.params, model.grads, &model.lay, o.seed, model.stream);
+    zero1_set_master(&zero, model.grads, 1);
+    printf("  optimizer shard (ZeRO-1, rank %d of %d): %zu of %zu params, master+m+v %.1f MiB\n", d.rank, d.world,
+           zero.shard.count, model.lay.total, zero.opt_bytes / 1048576.0);
+    GradReducer red;
+    grad_reducer_init(&red, &d, model.grads, model.lay.total, reduce_mode);
+    grad_reducer_add_layer_buckets(&red, &model.lay, cfg.n_layer);
+    DistHooks hooks = {&d, &red};
+    model.dist.ctx = &hooks;
+    model.dist.world = d.world;
+    model.dist.grad_ready = hook_grad_ready;
+    model.dist.sum_f32 = hook_sum_f32;
+    model.dist.sum_u64 = hook_sum_u64;
+    model.dist.max_u8 = hook_max_u8;
     int start_step = 0;
     TrainState ts;
     memset(&ts, 0, sizeof ts);
@@ -387,6 +528,7 @@ int main(int argc, char **argv) {
     rng_seed(&rng, o.seed ^ 0x5eed5eedull);
     if (resume_step >= 0) {
         load_train_state(resume_dir, &ts, &model);
+        load_optimizer(resume_dir, &zero, init_params);
         if (ts.B != B || ts.T != T || ts.grad_accum != accum)
             logger_printf(&lg, "warning: resuming with B=%d T=%d accum=%d, the checkpoint used B=%d T=%d accum=%d "
                                "(not bit-exact)\n", B, T, accum, ts.B, ts.T, ts.grad_accum);
@@ -396,11 +538,13 @@ int main(int argc, char **argv) {
         start_step = (int)ts.step;
         logger_printf(&lg, "resumed from %s at step %d\n", resume_dir, start_step);
     }
+    free(init_params);
+    init_params = NULL;
     const double flops_tok = model_flops_per_token(&cfg, T);
     const long long tokens_per_step = (long long)o.total_batch;
     logger_printf(&lg, "batch: B=%d T=%d accum=%d world=%d -> %lld tokens/step; steps %d; lr %g (%s, warmup %d, "
                        "final x%g); wd %g; clip %g; lambda %g; recompute %d\n",
-                  B, T, accum, o.world, tokens_per_step, o.steps, o.lr, o.schedule, o.warmup, o.final_lr_frac, o.wd,
+                  B, T, accum, d.world, tokens_per_step, o.steps, o.lr, o.schedule, o.warmup, o.final_lr_frac, o.wd,
                   o.grad_clip, cfg.l1_lambda, o.recompute);
     logger_printf(&lg, "model FLOPs per token (fwd+bwd): %.3g\n", flops_tok);
 
@@ -411,16 +555,22 @@ int main(int argc, char **argv) {
     const int total_steps = o.bench ? o.bench : o.steps;
     double *step_ms = (double *)sllm_calloc(total_steps + 1, sizeof(double));
     int *step_prof = (int *)sllm_calloc(total_steps + 1, sizeof(int));
-    const float dloss = 1.0f / (float)((double)B * T * accum);
-    const float l1_coef = (float)(cfg.l1_lambda / ((double)L * B * T * accum));
-    Rng data_rng;  // synthetic tokens for --bench without --train
-    rng_seed(&data_rng, o.seed);
+    // gradients are summed over ranks: scale by the tokens of the GLOBAL step
+    const float dloss = 1.0f / (float)((double)B * T * accum * d.world);
+    const float l1_coef = (float)(cfg.l1_lambda / ((double)L * B * T * accum * d.world));
+    if (d.world > 1)
+        logger_printf(&lg, "data parallel: %d ranks, gradient %s in %d buckets overlapped with the backward%s; ZeRO-1 "
+                           "optimizer shards of %zu params\n", d.world,
+                      reduce_mode == GRAD_ALLREDUCE ? "all-reduce" : "reduce-to-owner", red.nb,
+                      o.no_reduce ? " (OFF: --debug-no-reduce)" : "", (size_t)zero.stride);
+    Rng data_rng;  // synthetic tokens for --bench without --train (another stream on every rank)
+    rng_seed(&data_rng, o.seed + 0x9e3779b97f4a7c15ull * (uint64_t)d.rank);
     StepProfiler prof;
     prof_init(&prof);
     const int want_prof = o.bench || o.profile;
     if (want_prof) {
         // FLOPs per step of the GEMM phases (forward GEMM 2*N*K*M; each backward GEMM phase does 2 of them)
-        const double Nt = (double)tokens_per_step, D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size,
+        const double Nt = (double)tokens_per_step / d.world, D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size,
                      QKV = (double)cfg.n_head * cfg.head_dim + 2.0 * cfg.n_kv_head * cfg.head_dim,
                      Qd = (double)cfg.n_head * cfg.head_dim, G = cfg.gated ? 2 : 1;
         prof.flops[PH_ATT_QKV] = 2 * Nt * D * QKV * L;
@@ -441,18 +591,23 @@ int main(int argc, char **argv) {
     const double t_train0 = sllm_time_s();
     int time_up = 0;
     for (int step = start_step; step <= total_steps; step++) {
-        if (o.time_limit > 0 && !time_up && sllm_time_s() - t_train0 > o.time_limit) {
-            time_up = 1;
+        if (o.time_limit > 0 && !time_up) {  // rank 0's clock decides for everyone
+            int up = sllm_time_s() - t_train0 > o.time_limit;
+            dist_broadcast_bytes(&d, &up, sizeof up, 0, 0);
+            time_up = up;
+        }
+        if (time_up == 1) {
+            time_up = 2;
             logger_printf(&lg, "time limit of %d s reached after %d steps\n", o.time_limit, step);
         }
         const int last = step == total_steps || time_up;
         if (!o.bench) {
             if (val && o.eval_every > 0 && (step % o.eval_every == 0 || last)) {
-                float vl = evaluate(&model, val, o.eval_batches, in, tg);
+                float vl = evaluate(&model, &d, val, o.eval_batches, in, tg);
                 logger_printf(&lg, "step %d | val loss %.4f\n", step, vl);
                 logger_metric(&lg, "s:%d val:%.9g\n", step, vl);
             }
-            if (o.sample_every > 0 && step > 0 && (step % o.sample_every == 0 || last))
+            if (d.rank == 0 && o.sample_every > 0 && step > 0 && (step % o.sample_every == 0 || last))
                 generate_sample(&model, tok, o.sample_tokens, o.temperature, o.seed + 1337, &lg);
             int want_ckpt = o.out && step > start_step &&
                             (step == o.stop_at ||
@@ -462,7 +617,7 @@ int main(int argc, char **argv) {
                 ts.B = B; ts.T = T; ts.grad_accum = accum; ts.has_loader = train != NULL; ts.seed = o.seed;
                 if (train) loader_get_state(train, &ts.loader);
                 ts.rng = rng;
-                save_checkpoint(&model, o.out, step, &ts, &tcfg, o.keep_last, &lg);
+                save_checkpoint(&model, &zero, &d, o.out, step, &ts, &tcfg, o.keep_last, &lg);
             }
             if (step == o.stop_at) { logger_printf(&lg, "stopping at step %d (--stop-at)\n", step); break; }
         }
@@ -482,12 +637,16 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < B * T; i++) tg[i] = (int)rng_below(&data_rng, cfg.vocab_size);
             }
             model_forward(&model, in, tg, B, T, MODEL_TRAIN, dloss);
+            grad_reducer_begin(&red, a == accum - 1 && !o.no_reduce);  // reduce on the last micro-step only
             model_backward(&model, l1_coef);
         }
-        model_grad_norm(&model);
+        grad_reducer_finish(&red, model.stream);  // the compute stream waits for the last buckets
+        model_mark(&model, PH_GRAD_NORM);
+        zero1_grad_norm(&zero, model.grads, model.scalars + SC_NORM, model.stream);
         float lr = lr_schedule(o.schedule, step, o.warmup, o.steps, o.lr, o.final_lr_frac);
         AdamWParams hp = {lr, o.beta1, o.beta2, o.eps, o.wd, o.grad_clip, step + 1};
-        model_adamw(&model, &hp);
+        model_mark(&model, PH_ADAMW);
+        zero1_step(&zero, model.params, model.grads, &hp, model.scalars + SC_NORM, model.stream);
         model_mark(&model, PH_END);
         ModelStepStats st;
         model_read_step(&model, &st);  // synchronises
@@ -502,7 +661,7 @@ int main(int argc, char **argv) {
         double loss = ce + cfg.l1_lambda * l1;
         double tps = tokens_per_step / dt;
         char mfu[32];
-        if (peak > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * flops_tok * tps / peak);
+        if (peak > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * flops_tok * tps / (peak * d.world));
         else snprintf(mfu, sizeof mfu, "n/a");
         logger_printf(&lg, "step %5d/%d | loss %.4f | ce %.4f | l1 %8.3f | lr %.2e | norm %7.3f | %7.1f ms | %8.0f tok/s "
                            "| MFU %s\n", step + 1, total_steps, loss, ce, l1, lr, st.grad_norm, dt * 1e3, tps, mfu);
@@ -547,14 +706,14 @@ int main(int argc, char **argv) {
         double med = v[n / 2];
         double tpms = tokens_per_step / med;
         char mfu[32];
-        if (peak > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * flops_tok * tpms * 1e3 / peak);
+        if (peak > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * flops_tok * tpms * 1e3 / (peak * d.world));
         else snprintf(mfu, sizeof mfu, "n/a");
         size_t fr, totm;
         cudaCheck(cudaMemGetInfo(&fr, &totm));
-        logger_printf(&lg, "bench: %s L=%d D=%d F=%d V=%d B=%d T=%d recompute=%d: median step %.2f ms over %d steps, "
-                           "%.1f tokens/ms, MFU %s, device memory used %.1f GiB\n",
-                      o.preset, L, cfg.d_model, cfg.d_ff, cfg.vocab_size, B, T, o.recompute, med, n, tpms, mfu,
-                      (totm - fr) / 1073741824.0);
+        logger_printf(&lg, "bench: %s L=%d D=%d F=%d V=%d B=%d T=%d recompute=%d world=%d%s: median step %.2f ms over %d "
+                           "steps, %.1f tokens/ms, MFU %s, device memory used %.1f GiB (rank 0)\n",
+                      o.preset, L, cfg.d_model, cfg.d_ff, cfg.vocab_size, B, T, o.recompute, d.world,
+                      o.no_reduce ? " no-reduce" : "", med, n, tpms, mfu, (totm - fr) / 1073741824.0);
         logger_printf(&lg, "bench: median step without profiling events %.2f ms (%d steps), with events %.2f ms (%d steps)\n",
                       median_ms(without_ev, nwo), nwo, median_ms(with_ev, nw), nw);
         prof_print(&prof, stdout);
@@ -566,7 +725,10 @@ int main(int argc, char **argv) {
     if (tok) tokenizer_free(tok);
     if (train) loader_close(train);
     if (val) loader_close(val);
+    grad_reducer_free(&red);
+    zero1_free(&zero);
     model_free(&model);
     logger_close(&lg);
+    dist_finalize(&d);
     return 0;
 }

@@ -5,9 +5,12 @@
 #include <errno.h>
 #include <time.h>
 
+static char g_fatal_tag[96];
+void sllm_set_fatal_tag(const char *tag) { snprintf(g_fatal_tag, sizeof g_fatal_tag, "%s", tag ? tag : ""); }
+
 void sllm_fatal_at(const char *file, int line, const char *fmt, ...) {
     fflush(stdout);
-    fprintf(stderr, "error: ");
+    fprintf(stderr, "error: %s", g_fatal_tag);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);

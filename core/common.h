@@ -18,6 +18,8 @@ extern "C" {
 // Print "error: <message>" plus the source location and exit(1).
 void sllm_fatal_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
+// Prefix of every SLLM_FATAL message after "error: " (e.g. "rank 1 of 4: " in a multi-process run; "" by default).
+void sllm_set_fatal_tag(const char *tag);
 #define SLLM_FATAL(...) sllm_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
 #define SLLM_CHECK(cond, ...) do { if (!(cond)) sllm_fatal_at(__FILE__, __LINE__, __VA_ARGS__); } while (0)
 

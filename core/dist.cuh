@@ -300,7 +300,10 @@ static void dist_init(Dist *d, const DistOptions *o) {
 #endif
     } else {
         int r = -1, w = -1, lr = -1;
-        if (mpirun) {  // no MPI library, but the launcher's variables are there
+        if (mpirun) {  // no MPI library, but the launcher's variables are there (OpenMPI, or MPICH's hydra: PMI_*)
+            dist_env_or(d, "PMI_RANK", &r);
+            dist_env_or(d, "PMI_SIZE", &w);
+            dist_env_or(d, "MPI_LOCALRANKID", &lr);
             dist_env_or(d, "OMPI_COMM_WORLD_RANK", &r);
             dist_env_or(d, "OMPI_COMM_WORLD_SIZE", &w);
             dist_env_or(d, "OMPI_COMM_WORLD_LOCAL_RANK", &lr);
@@ -454,6 +457,17 @@ static inline void dist_allreduce_sum_f32(Dist *d, float *dev, size_t n, cudaStr
 static inline void dist_allreduce_sum_u64(Dist *d, unsigned long long *dev, size_t n, cudaStream_t s) {
 #ifdef SLLM_HAVE_NCCL
     dist_allreduce_sum(d, dev, n, ncclUint64, s, "allreduce u64");
+#endif
+}
+
+// Element-wise maximum over all ranks of a byte array (e.g. "did this unit fire on any rank"), as above.
+static inline void dist_allreduce_max_u8(Dist *d, uint8_t *dev, size_t n, cudaStream_t s) {
+#ifdef SLLM_HAVE_NCCL
+    if (d->world == 1 || n == 0) return;
+    dist_comm_wait(d, s);
+    distNccl(d, ncclAllReduce(dev, dev, n, ncclUint8, ncclMax, d->comm, d->comm_stream));
+    dist_track(d, "allreduce max u8", 0);
+    dist_comm_join(d, s);
 #endif
 }
 

@@ -22,6 +22,14 @@
 // of N tokens each, the forward is called with dloss = 1/(A*N) and the backward with
 // l1_coef = lambda/(L*A*N), so the accumulated gradient is that of the mean over the whole step.
 // All statistics stay on the device until model_read_step (one sync per optimizer step).
+//
+// Data parallel (train_gpt_relu.cu with core/dist.cuh, core/zero1.cuh): the model knows nothing of NCCL; the
+// trainer fills Model.dist (ModelDist) with callbacks. The backward calls dist.grad_ready(bucket) once the
+// gradients of a bucket are final (bucket l: layer l, after its attention-norm backward; layer L-1's bucket also
+// holds the final norm; bucket L: the embedding, after embedding_backward), so the reduction of layer l overlaps
+// the backward of layers l-1 .. 0. model_read_step / model_read_sparsity sum the step's statistics (CE, L1
+// partials, non-zero counts; fired units by max) across ranks before reading them, so every rank sees the same
+// global values (and a per-layer dense/sparse decision taken from them is the same on every rank).
 #ifndef SLLM_TRAIN_MODEL_CUH
 #define SLLM_TRAIN_MODEL_CUH
 
@@ -49,6 +57,16 @@ typedef enum {
 } ModelMode;
 
 enum { SC_CE = 0, SC_NORM = 1, SC_COUNT = 8 };
+
+// Collectives of a data-parallel trainer (all NULL: one process, nothing is reduced). ctx is passed back.
+typedef struct {
+    void *ctx;
+    int world;  // ranks (statistics per token divide by world * local tokens)
+    void (*grad_ready)(void *ctx, int bucket, cudaStream_t s);
+    void (*sum_f32)(void *ctx, float *dev, size_t n, cudaStream_t s);
+    void (*sum_u64)(void *ctx, unsigned long long *dev, size_t n, cudaStream_t s);
+    void (*max_u8)(void *ctx, uint8_t *dev, size_t n, cudaStream_t s);
+} ModelDist;
 
 typedef struct {
     ModelConfig cfg;
@@ -91,7 +109,13 @@ typedef struct {
     // first dE chunk with beta = 0, embedding backward after it with +=), then clears the flag.
     int grads_fresh;
     StepProfiler *prof;        // per-phase CUDA-event timing when set (--bench); NULL: no events
+    ModelDist dist;            // data-parallel callbacks (zeroed: single process)
+    int sparsity_reduced;      // nnz/fired already summed across ranks since the last model_reset_sparsity
 } Model;
+
+static inline void model_grad_ready(Model *m, int bucket) {
+    if (m->dist.grad_ready) m->dist.grad_ready(m->dist.ctx, bucket, m->stream);
+}
 
 static inline void model_mark(Model *m, int phase) {
     if (m->prof) prof_mark(m->prof, phase, m->stream);
@@ -108,9 +132,10 @@ static inline void model_print_bytes(FILE *f, const char *what, size_t b) {
 
 // Creates the model for micro-batches of up to B x T tokens. with_optimizer: allocate master/m/v.
 // verbose: print the memory table to stdout. Parameters are left uninitialised (model_set_params or
-// model_init_random).
-static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, int recompute, int with_optimizer,
-                                int verbose) {
+// model_init_random). param_elems: elements of the bf16 parameter allocation (>= the layout's total; more lets
+// ZeRO-1 gather the shards with one all-gather, core/zero1.cuh zero1_padded_total; 0: exactly total).
+static inline void model_create_ex(Model *m, const ModelConfig *cfg, int B, int T, int recompute, int with_optimizer,
+                                   int verbose, size_t param_elems) {
     char err[256];
     memset(m, 0, sizeof *m);
     weights_check_config(cfg, "model_create");
@@ -144,9 +169,11 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
     cudaCheck(cudaEventCreateWithFlags(&m->stage_free, cudaEventDisableTiming));
 
     const size_t total = m->lay.total;
-    m->param_bytes = total * sizeof(bf16);
+    if (param_elems < total) param_elems = total;
+    m->param_bytes = param_elems * sizeof(bf16);
     m->grad_bytes = total * sizeof(float);
     cudaCheck(cudaMalloc((void **)&m->params, m->param_bytes));
+    if (param_elems > total) cudaCheck(cudaMemset(m->params + total, 0, (param_elems - total) * sizeof(bf16)));
     cudaCheck(cudaMalloc((void **)&m->grads, m->grad_bytes));
     cudaCheck(cudaMemset(m->grads, 0, m->grad_bytes));
     if (with_optimizer) {
@@ -218,6 +245,10 @@ static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, 
         printf("  memory per sequence (activations): %.1f MiB\n", m->act_bytes / 1048576.0 / B);
     }
 }
+static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, int recompute, int with_optimizer,
+                                int verbose) {
+    model_create_ex(m, cfg, B, T, recompute, with_optimizer, verbose, 0);
+}
 
 static inline void model_free(Model *m) {
     cudaCheck(cudaStreamSynchronize(m->stream));
@@ -278,6 +309,7 @@ static inline void model_reset_sparsity(Model *m) {
     cudaCheck(cudaMemsetAsync(m->nnz, 0, (size_t)m->cfg.n_layer * 8, m->stream));
     cudaCheck(cudaMemsetAsync(m->fired, 0, (size_t)m->cfg.n_layer * m->cfg.d_ff, m->stream));
     m->stat_tokens = 0;
+    m->sparsity_reduced = 0;
 }
 
 // ---- forward --------------------------------------------------------------------------------------
@@ -460,10 +492,12 @@ static inline void model_backward(Model *m, float l1_coef) {
         model_mark(m, PH_B_ATT_NORM);
         rmsnorm_backward_ex(m->dres, model_g(m, PARAM_ATTN_NORM, l), m->norm_scratch, m->dln, x,
                             model_w(m, PARAM_ATTN_NORM, l), rstd1, N, D, 1, gacc, s);
+        model_grad_ready(m, l);  // every gradient of layer l (and of the final norm) is final
     }
     // the classifier's dE (forward) is already in place: the embedding gradient always adds
     model_mark(m, PH_B_EMBED);
     embedding_backward(model_g(m, PARAM_EMBED, 0), m->dres, m->buckets, m->num_distinct, D, s);
+    model_grad_ready(m, L);
     m->grads_fresh = 0;
 }
 
@@ -508,6 +542,10 @@ static inline void model_read_step(Model *m, ModelStepStats *out) {
     const int L = m->cfg.n_layer;
     float sc[SC_COUNT];
     float *part = (float *)sllm_malloc((size_t)L * FFN_STAT_BLOCKS * 4);
+    if (m->dist.sum_f32) {  // the step's CE and L1 sums over every rank's tokens (the norm already is global)
+        m->dist.sum_f32(m->dist.ctx, m->scalars + SC_CE, 1, m->stream);
+        m->dist.sum_f32(m->dist.ctx, m->l1_part, (size_t)L * FFN_STAT_BLOCKS, m->stream);
+    }
     cudaCheck(cudaStreamSynchronize(m->stream));
     cudaCheck(cudaMemcpy(sc, m->scalars, sizeof sc, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(part, m->l1_part, (size_t)L * FFN_STAT_BLOCKS * 4, cudaMemcpyDeviceToHost));
@@ -523,16 +561,24 @@ static inline void model_read_step(Model *m, ModelStepStats *out) {
     free(part);
 }
 
-// Per layer: mean non-zeros per token and fraction of units that fired, since the last reset.
+// Per layer: mean non-zeros per token and fraction of units that fired, since the last reset. Data parallel:
+// over every rank's tokens (the counters are summed across ranks in place, once per reset: a collective, every
+// rank calls it at the same point).
 static inline void model_read_sparsity(Model *m, double *nnz_per_token, double *frac_alive) {
     const int L = m->cfg.n_layer, F = m->cfg.d_ff;
     unsigned long long *nz = (unsigned long long *)sllm_malloc((size_t)L * 8);
     uint8_t *fired = (uint8_t *)sllm_malloc((size_t)L * F);
+    if (m->dist.sum_u64 && !m->sparsity_reduced) {
+        m->dist.sum_u64(m->dist.ctx, m->nnz, (size_t)L, m->stream);
+        if (m->dist.max_u8) m->dist.max_u8(m->dist.ctx, m->fired, (size_t)L * F, m->stream);
+        m->sparsity_reduced = 1;
+    }
+    const double tokens = (double)m->stat_tokens * (m->dist.world > 1 ? m->dist.world : 1);
     cudaCheck(cudaStreamSynchronize(m->stream));
     cudaCheck(cudaMemcpy(nz, m->nnz, (size_t)L * 8, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(fired, m->fired, (size_t)L * F, cudaMemcpyDeviceToHost));
     for (int l = 0; l < L; l++) {
-        nnz_per_token[l] = m->stat_tokens ? (double)nz[l] / (double)m->stat_tokens : 0.0;
+        nnz_per_token[l] = m->stat_tokens ? (double)nz[l] / tokens : 0.0;
         size_t a = 0;
         for (int f = 0; f < F; f++) a += fired[(size_t)l * F + f] != 0;
         frac_alive[l] = (double)a / F;

@@ -31,9 +31,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-extern "C" {
-#include <cmocka.h>
-}
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +42,9 @@ extern "C" {
 #include "model/ref_model.h"
 #include "test_util.h"
 #include "rng.h"
+extern "C" {  // after the CUDA headers: cmocka's fail() macro breaks the C++ <ios> that cub includes
+#include <cmocka.h>
+}
 
 static uint64_t g_seed;
 static Rng g_rng;

@@ -385,8 +385,14 @@ static int run_main(int argc, char **argv) {
     }
 
     // ---- model
-    const int ffn_mode = g_force_path >= 0 ? g_force_path : ffn_path_parse(o.ffn_path);
+    int ffn_mode = g_force_path >= 0 ? g_force_path : ffn_path_parse(o.ffn_path);
     if (ffn_mode < 0) SLLM_FATAL("--ffn-path %s: expected auto, dense or sparse", o.ffn_path);
+    if (ffn_mode == FFN_PATH_AUTO && !sparse_ffn_shape_ok(cfg.d_model, cfg.d_ff)) {
+        logger_printf(&lg, "ffn path: auto, but the sparse FFN needs d_model = 256 * (1, 2, 4, 8 or 16) and d_ff a "
+                           "multiple of 256 in [256, 8192] (here %d, %d): every layer stays dense\n", cfg.d_model,
+                      cfg.d_ff);
+        ffn_mode = FFN_PATH_DENSE;
+    }
     SparseFFNOptions ffo;
     ffo.mode = ffn_mode;
     ffo.lean = o.ffn_lean;
@@ -403,7 +409,7 @@ static int run_main(int argc, char **argv) {
         logger_printf(&lg, "ffn path: auto: every layer starts dense; dense -> sparse below %.1f non-zeros/token, sparse "
                            "-> dense above %.1f or over %.0f%% dense rows; at least %d steps on a path\n",
                       ffo.par.on_nnz, ffo.par.off_nnz, 100 * ffo.par.max_dense_frac, ffo.par.min_dwell);
-    else logger_printf(&lg, "ffn path: %s (forced)\n", ffn_path_name(ffn_mode));
+    else logger_printf(&lg, "ffn path: %s for every layer\n", ffn_path_name(ffn_mode));
     if (init_params) { model_set_params(&model, init_params); free(init_params); }
     else model_init_random(&model, o.seed);
     int start_step = 0;

@@ -5,8 +5,9 @@
 # build/infer (GPU only).
 #   GPU:    build/train_gpt_relu, d_model 512, 8 layers, d_ff 2048 (~52M parameters with the GPT-2 vocab 50304: small
 #           enough that 800 steps, ~2.7 passes over the 1.2M-token corpus, do not overfit it), lambda 2e-4 ramped up
-#           over 100 steps so that the layers get sparse in a few hundred steps; FFN path auto (each layer switches to
-#           the sparse path once it has fewer than ~14.5 non-zeros per token of 2048, the log says when).
+#           over 100 steps so that the layers get sparse in a few hundred steps; FFN path auto: each layer switches to
+#           the sparse path below 30 non-zeros per token of 2048 (1.5%; the default, 40/5632 of d_ff, is tuned for
+#           d_ff 5632) and back above 45; the log says when.
 #   no GPU: says so and trains a tiny model with the float64 CPU reference instead (build/train_cpu, ~1-2 min).
 # usage: scripts/quickstart.sh            env: QS_SECONDS (GPU training time limit, default 180), QS_OUT (output dir)
 set -euo pipefail
@@ -33,7 +34,7 @@ if [ $gpu = 1 ]; then
   ./build/train_gpt_relu --train "$DATA/brown_train_*.bin" --val "$DATA/brown_val_*.bin" \
       --preset small --vocab 50304 --d-model 512 --layers 8 --heads 8 --d-ff 2048 --max-seq 512 \
       --batch 8 --seq 512 --steps 800 --warmup 100 --lr 1e-3 --final-lr-frac 0.1 \
-      --l1 2e-4 --l1-warmup 100 --ffn-path auto --eval-every 100 --eval-batches 8 --sample-every 800 --sample-tokens 64 \
+      --l1 2e-4 --l1-warmup 100 --ffn-path auto --sparse-on 30 --sparse-off 45 --eval-every 100 --eval-batches 8 --sample-every 800 --sample-tokens 64 \
       --log-stats-every 100 --ckpt-every 0 --time-limit "$SECS" --out "$OUTDIR" "${tok[@]}"
   echo "quickstart: done. Log: $OUTDIR/train.log; checkpoint: $(ls -d "$OUTDIR"/ckpt_* | tail -1)"
   if [ ${#tok[@]} -gt 0 ]; then

@@ -38,6 +38,7 @@
 #include "logger.h"
 #include "lr_schedule.h"
 #include "model/train_model.cuh"
+#include "model/synthetic_sparsity.cuh"
 #include "rng.h"
 #include "sampler.h"
 #include "zero1.cuh"
@@ -52,7 +53,19 @@ typedef struct {
     float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta, dist_timeout;
     const char *dist_init, *grad_reduce;
     unsigned long long seed;
+    // FFN path (model/sparse_ffn.cuh)
+    const char *ffn_path;
+    int ffn_lean, reinit_dead, l1_warmup, bench_compare;
+    float sparse_on, sparse_off, sparse_max_dense, synthetic_nnz;
 } Options;
+
+// --bench-compare: main runs the benchmark twice in this process (dense, then sparse FFN); each run leaves its result.
+typedef struct {
+    int done;
+    double med_ms, tok_per_ms, mem_used_gib, alloc_gib, nnz_mean, synthetic_nnz;
+} BenchResult;
+static int g_force_path = -1;  // >= 0: the FFN path of this benchmark phase
+static BenchResult g_bench_res;
 
 static void options_defaults(Options *o) {
     memset(o, 0, sizeof *o);
@@ -64,6 +77,7 @@ static void options_defaults(Options *o) {
     o->lr = 1e-3f; o->final_lr_frac = 0.1f; o->wd = 0.1f; o->grad_clip = 1.0f; o->l1 = -1.0f;
     o->beta1 = 0.9f; o->beta2 = 0.95f; o->eps = 1e-8f; o->temperature = 1.0f; o->seed = 1337;
     o->grad_reduce = "allreduce";
+    o->ffn_path = "auto"; o->sparse_on = -1; o->sparse_off = -1; o->sparse_max_dense = -1;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -288,7 +302,7 @@ static void generate_sample(Model *m, const Tokenizer *tok, int n_tokens, float 
 }
 
 // ---------------------------------------------------------------------------------------------------
-int main(int argc, char **argv) {
+static int run_main(int argc, char **argv) {
     Options o;
     options_defaults(&o);
     CliOpt opts[] = {
@@ -343,6 +357,15 @@ int main(int argc, char **argv) {
         {"dist-timeout", 0, CLI_FLOAT, &o.dist_timeout, "seconds before a stuck collective ends every rank (default $SLLM_DIST_TIMEOUT or 120)", 1, 1e6, 0},
         {"grad-reduce", 0, CLI_STRING, &o.grad_reduce, "gradient reduction: allreduce (default) or owner (reduce each piece to the rank owning its shard)", 0, 0, 0},
         {"debug-no-reduce", 0, CLI_FLAG, &o.no_reduce, "debug/benchmark only: skip the gradient reduction (ranks diverge; shows the cost of the communication)", 0, 0, 0},
+        {"ffn-path", 0, CLI_STRING, &o.ffn_path, "FFN path: auto (per layer: dense until sparse enough, with hysteresis), dense, sparse (TwELL, forced)", 0, 0, 0},
+        {"ffn-lean", 0, CLI_FLAG, &o.ffn_lean, "auto path: dense FFN activations in a one-layer slot (dense layers recompute gate/up in backward): less memory", 0, 0, 0},
+        {"sparse-on", 0, CLI_FLOAT, &o.sparse_on, "auto path: a dense layer turns sparse below this many non-zeros per token (default 40/5632 of d_ff)", 0, 1e6, 0},
+        {"sparse-off", 0, CLI_FLOAT, &o.sparse_off, "auto path: a sparse layer turns dense above this many non-zeros per token (default 56/5632 of d_ff)", 0, 1e6, 0},
+        {"sparse-max-dense", 0, CLI_FLOAT, &o.sparse_max_dense, "auto path: a sparse layer turns dense when more than this fraction of its rows ran densely (default 0.05)", 0, 1, 0},
+        {"reinit-dead", 0, CLI_FLAG, &o.reinit_dead, "re-draw the gate rows of units that did not fire in the last --log-stats-every window (AdamW moments zeroed)", 0, 0, 0},
+        {"l1-warmup", 0, CLI_INT, &o.l1_warmup, "L1 lambda ramps linearly from 0 over this many steps", 0, 2e9, 0},
+        {"synthetic-nnz", 0, CLI_FLOAT, &o.synthetic_nnz, "--bench: SYNTHETIC sparsity: calibrate random weights to this many FFN non-zeros per token (learning rate 0)", 0, 1e6, 0},
+        {"bench-compare", 0, CLI_FLAG, &o.bench_compare, "--bench: run the benchmark with the dense and then the sparse FFN path in this process; compare", 0, 0, 0},
         {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
     };
     cli_parse(argc, argv, opts, "train_gpt_relu",
@@ -497,13 +520,36 @@ int main(int argc, char **argv) {
             SLLM_FATAL("tokenizer has %d tokens but the model's vocab is %d", tokenizer_vocab_size(tok), cfg.vocab_size);
     }
 
-    // ---- model: bf16 weights and fp32 gradients on every rank; fp32 master weights and AdamW moments sharded
+    int ffn_mode = g_force_path >= 0 ? g_force_path : ffn_path_parse(o.ffn_path);
+    if (ffn_mode < 0) SLLM_FATAL("--ffn-path %s: expected auto, dense or sparse", o.ffn_path);
+    if (ffn_mode == FFN_PATH_AUTO && !sparse_ffn_shape_ok(cfg.d_model, cfg.d_ff)) {
+        logger_printf(&lg, "ffn path: auto, but the sparse FFN needs d_model = 256 * (1, 2, 4, 8 or 16) and d_ff a "
+                           "multiple of 256 in [256, 8192] (here %d, %d): every layer stays dense\n", cfg.d_model,
+                      cfg.d_ff);
+        ffn_mode = FFN_PATH_DENSE;
+    }
+    SparseFFNOptions ffo;
+    ffo.mode = ffn_mode;
+    ffo.lean = o.ffn_lean;
+    ffo.par = sparse_dispatch_defaults(cfg.d_ff);
+    if (o.sparse_on >= 0) ffo.par.on_nnz = o.sparse_on;
+    if (o.sparse_off >= 0) ffo.par.off_nnz = o.sparse_off;
+    if (o.sparse_max_dense >= 0) ffo.par.max_dense_frac = o.sparse_max_dense;
+    if (ffo.par.off_nnz < ffo.par.on_nnz)
+        SLLM_FATAL("--sparse-off %g must be >= --sparse-on %g (hysteresis)", ffo.par.off_nnz, ffo.par.on_nnz);
+    if (o.synthetic_nnz > 0 && !o.bench) SLLM_FATAL("--synthetic-nnz is a benchmark mode: use it with --bench N");
+    // ---- model: the FFN path per layer (dense, sparse, or auto: decided per step from the counts), bf16 weights and fp32 gradients on every rank; fp32 master weights and AdamW moments sharded
     // (ZeRO-1; world 1: one shard of everything, the same kernels and bits as the unsharded update). The full
     // fp32 initial weights go through the gradient buffer (unused until the first backward).
     Model model;
     ParamLayout lay0;
     config_param_layout(&cfg, &lay0);
-    model_create_ex(&model, &cfg, B, T, o.recompute, 0, 1, zero1_padded_total(lay0.total, d.world));
+    model_create_ex(&model, &cfg, B, T, o.recompute, 0, 1, zero1_padded_total(lay0.total, d.world), &ffo);
+    if (ffn_mode == FFN_PATH_AUTO)
+        logger_printf(&lg, "ffn path: auto: every layer starts dense; dense -> sparse below %.1f non-zeros/token, sparse "
+                           "-> dense above %.1f or over %.0f%% dense rows; at least %d steps on a path\n",
+                      ffo.par.on_nnz, ffo.par.off_nnz, 100 * ffo.par.max_dense_frac, ffo.par.min_dwell);
+    else logger_printf(&lg, "ffn path: %s for every layer\n", ffn_path_name(ffn_mode));
     Zero1 zero;
     zero1_init_layout(&zero, &d, &model.lay);
     if (init_params) params_upload(model.params, model.grads, init_params, model.lay.total, model.stream);
@@ -540,6 +586,20 @@ int main(int argc, char **argv) {
     }
     free(init_params);
     init_params = NULL;
+    double synth_nnz = 0;
+    if (o.synthetic_nnz > 0) {
+        double *nz = (double *)sllm_calloc(cfg.n_layer, sizeof(double));
+        double worst = model_synthetic_sparsity(&model, o.synthetic_nnz, o.seed, nz, stdout);
+        for (int l = 0; l < cfg.n_layer; l++) synth_nnz += nz[l] / cfg.n_layer;
+        logger_printf(&lg, "SYNTHETIC sparsity: random weights calibrated to %.1f FFN non-zeros per token (mean over layers "
+                           "%.1f, worst layer off by %.1f%%); learning rate 0 to keep it\n", o.synthetic_nnz, synth_nnz,
+                      100 * worst);
+        free(nz);
+        // the calibration moved columns of the bf16 weights: the ZeRO-1 master weights follow (through the gradient
+        // buffer, unused until the first backward), so the first update does not undo it
+        bf16_to_f32(model.grads, model.params, model.lay.total, model.stream);
+        zero1_set_master(&zero, model.grads, 1);
+    }
     const double flops_tok = model_flops_per_token(&cfg, T);
     const long long tokens_per_step = (long long)o.total_batch;
     logger_printf(&lg, "batch: B=%d T=%d accum=%d world=%d -> %lld tokens/step; steps %d; lr %g (%s, warmup %d, "
@@ -563,6 +623,12 @@ int main(int argc, char **argv) {
                            "optimizer shards of %zu params\n", d.world,
                       reduce_mode == GRAD_ALLREDUCE ? "all-reduce" : "reduce-to-owner", red.nb,
                       o.no_reduce ? " (OFF: --debug-no-reduce)" : "", (size_t)zero.stride);
+    SparseSwitch *sw_ev = (SparseSwitch *)sllm_calloc(L, sizeof(SparseSwitch));
+    unsigned long long *sp_counts_dev = NULL;  // the per-layer FFN counts, summed across ranks (world > 1)
+    if (d.world > 1 && model.sp.mode != FFN_PATH_DENSE)
+        cudaCheck(cudaMalloc((void **)&sp_counts_dev, (size_t)L * SPARSE_COUNTS_PER_LAYER * sizeof(uint64_t)));
+    int *dead = (int *)sllm_calloc(L, sizeof(int));
+    double last_nnz_mean = -1;  // mean non-zeros per token over the layers, at the last statistics window
     Rng data_rng;  // synthetic tokens for --bench without --train (another stream on every rank)
     rng_seed(&data_rng, o.seed + 0x9e3779b97f4a7c15ull * (uint64_t)d.rank);
     StepProfiler prof;
@@ -630,6 +696,8 @@ int main(int argc, char **argv) {
         const int profiled = model.prof != NULL;
         model_mark(&model, PH_ZERO);
         model_zero_grad(&model);
+        // L1 warm-up: lambda ramps linearly from 0 over --l1-warmup steps
+        const float lam_frac = o.l1_warmup > 0 && step < o.l1_warmup ? (float)(step + 1) / o.l1_warmup : 1.0f;
         for (int a = 0; a < accum; a++) {
             if (train) loader_next(train, in, tg);
             else {
@@ -638,18 +706,38 @@ int main(int argc, char **argv) {
             }
             model_forward(&model, in, tg, B, T, MODEL_TRAIN, dloss);
             grad_reducer_begin(&red, a == accum - 1 && !o.no_reduce);  // reduce on the last micro-step only
-            model_backward(&model, l1_coef);
+            model_backward(&model, l1_coef * lam_frac);
         }
         grad_reducer_finish(&red, model.stream);  // the compute stream waits for the last buckets
         model_mark(&model, PH_GRAD_NORM);
         zero1_grad_norm(&zero, model.grads, model.scalars + SC_NORM, model.stream);
         float lr = lr_schedule(o.schedule, step, o.warmup, o.steps, o.lr, o.final_lr_frac);
+        if (o.synthetic_nnz > 0) lr = 0.0f;  // keep the calibrated synthetic sparsity
         AdamWParams hp = {lr, o.beta1, o.beta2, o.eps, o.wd, o.grad_clip, step + 1};
         model_mark(&model, PH_ADAMW);
         zero1_step(&zero, model.params, model.grads, &hp, model.scalars + SC_NORM, model.stream);
+        model_ffn_after_update(&model);
         model_mark(&model, PH_END);
         ModelStepStats st;
         model_read_step(&model, &st);  // synchronises
+        const int n_sparse = sparse_ffn_num_sparse(&model.sp);  // the layers that ran sparse in this step
+        if (model.sp.mode != FFN_PATH_DENSE) {
+            model_ffn_step_counts(&model);
+            if (d.world > 1) {  // the counts of every rank, so that every rank decides the same paths
+                const size_t nc = (size_t)L * SPARSE_COUNTS_PER_LAYER;
+                cudaCheck(cudaMemcpyAsync(sp_counts_dev, model.sp.counts, nc * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                                          model.stream));
+                dist_allreduce_sum_u64(&d, sp_counts_dev, nc, model.stream);
+                cudaCheck(cudaMemcpyAsync(model.sp.counts, sp_counts_dev, nc * sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                                          model.stream));
+                cudaCheck(cudaStreamSynchronize(model.stream));
+            }
+            const int nsw = model_ffn_dispatch(&model, sw_ev);
+            for (int i = 0; i < nsw; i++)
+                logger_printf(&lg, "layer %d: %s at step %d (nnz %.1f/token, dense rows %.2f%%)\n", sw_ev[i].layer,
+                              sw_ev[i].to_sparse ? "dense -> sparse" : "sparse -> dense", step + 1, sw_ev[i].nnz,
+                              100 * sw_ev[i].dense_frac);
+        }
         double dt = sllm_time_s() - t0;
         // profile: skip the first 2 steps (warm-up: cuBLASLt heuristics, first launches), as the median does
         if (model.prof) prof_end_step(&prof, dt * 1e3, step - start_step >= 2);
@@ -658,13 +746,15 @@ int main(int argc, char **argv) {
         step_ms[step] = dt * 1e3;
         double ce = st.ce_sum / (double)tokens_per_step;
         double l1 = st.l1_sum_all / ((double)L * tokens_per_step);
-        double loss = ce + cfg.l1_lambda * l1;
+        double loss = ce + cfg.l1_lambda * lam_frac * l1;
         double tps = tokens_per_step / dt;
         char mfu[32];
         if (peak > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * flops_tok * tps / (peak * d.world));
         else snprintf(mfu, sizeof mfu, "n/a");
+        char ffn_s[48] = "";
+        if (model.sp.mode != FFN_PATH_DENSE) snprintf(ffn_s, sizeof ffn_s, " | ffn sparse %d/%d", n_sparse, L);
         logger_printf(&lg, "step %5d/%d | loss %.4f | ce %.4f | l1 %8.3f | lr %.2e | norm %7.3f | %7.1f ms | %8.0f tok/s "
-                           "| MFU %s\n", step + 1, total_steps, loss, ce, l1, lr, st.grad_norm, dt * 1e3, tps, mfu);
+                           "| MFU %s%s\n", step + 1, total_steps, loss, ce, l1, lr, st.grad_norm, dt * 1e3, tps, mfu, ffn_s);
         logger_metric(&lg, "s:%d loss:%.9g ce:%.9g l1:%.9g norm:%.9g lr:%.9g ms:%.3f\n", step + 1, loss, ce, l1,
                       st.grad_norm, lr, dt * 1e3);
         if (!isfinite(loss)) SLLM_FATAL("loss is %f at step %d: training diverged", loss, step + 1);
@@ -677,6 +767,34 @@ int main(int argc, char **argv) {
             for (int l = 0; l < L; l++) logger_printf(&lg, " %.0f/%.0f%%", nnz[l], 100.0 * alive[l]);
             logger_printf(&lg, "\n");
             logger_metric(&lg, "s:%d nnz:%.6g alive:%.6g\n", step + 1, mn / L, ma / L);
+            last_nnz_mean = mn / L;
+            if (model.sp.mode != FFN_PATH_DENSE) {
+                const SparseFFN *sp = &model.sp;
+                for (int l = 0; l < L; l++) {
+                    char ms[96] = "max -, dense rows -, overflow rows -";
+                    if (sp->win_sparse_steps[l])
+                        snprintf(ms, sizeof ms, "max %d, dense rows %.2f%%, overflow rows %llu", sp->win_max_nnz[l],
+                                 sp->win_rows[l] ? 100.0 * sp->win_dense_rows[l] / sp->win_rows[l] : 0.0,
+                                 (unsigned long long)sp->win_ovf_rows[l]);
+                    logger_printf(&lg, "  ffn layer %2d: %-6s | nnz/token %.1f, %s (last forward of each sparse step) | "
+                                       "fired %.1f%% (dead %.1f%%) | sparse %d of %d steps\n", l,
+                                  sp->sparse[l] ? "sparse" : "dense", nnz[l], ms, 100 * alive[l], 100 * (1 - alive[l]),
+                                  sp->win_sparse_steps[l], sp->win_steps);
+                }
+                const size_t dl = ((size_t)model.G + (o.recompute >= 1 ? 0 : 1)) * model.N * cfg.d_ff * 2;
+                logger_printf(&lg, "  ffn memory: dense FFN activations %.1f MiB allocated (%d slot(s); %.1f MiB if every "
+                                   "layer kept them), sparse path %.1f MiB; %d/%d layers sparse next step\n",
+                              model.ffn_dense_slots * dl / 1048576.0, model.ffn_dense_slots, L * dl / 1048576.0,
+                              model_sparse_bytes(&model) / 1048576.0, sparse_ffn_num_sparse(sp), L);
+            }
+            if (o.reinit_dead) {
+                long nd = model_reinit_dead(&model, o.seed + 7919ull * (step + 1), dead, zero.master, zero.m, zero.v,
+                                            zero.shard.offset, zero.shard.count);
+                logger_printf(&lg, "  dead units re-initialised: %ld (per layer:", nd);
+                for (int l = 0; l < L; l++) logger_printf(&lg, " %d", dead[l]);
+                logger_printf(&lg, ")\n");
+                sparse_ffn_mark_stale(&model.sp);
+            }
             model_reset_sparsity(&model);
             if (o.profile && !o.bench && prof.steps) {
                 prof_print(&prof, stdout);
@@ -714,6 +832,20 @@ int main(int argc, char **argv) {
                            "steps, %.1f tokens/ms, MFU %s, device memory used %.1f GiB (rank 0)\n",
                       o.preset, L, cfg.d_model, cfg.d_ff, cfg.vocab_size, B, T, o.recompute, d.world,
                       o.no_reduce ? " no-reduce" : "", med, n, tpms, mfu, (totm - fr) / 1073741824.0);
+        if (o.synthetic_nnz > 0 || model.sp.mode != FFN_PATH_DENSE) {
+            logger_printf(&lg, "bench: %sFFN path %s, %d/%d layers sparse, measured non-zeros/token %.1f (last statistics "
+                               "window; -1: none, see --log-stats-every)\n",
+                          o.synthetic_nnz > 0 ? "SYNTHETIC sparsity, " : "", ffn_path_name(model.sp.mode),
+                          sparse_ffn_num_sparse(&model.sp), L, last_nnz_mean);
+            g_bench_res.nnz_mean = last_nnz_mean;
+        }
+        g_bench_res.done = 1;
+        g_bench_res.synthetic_nnz = o.synthetic_nnz;
+        g_bench_res.med_ms = med;
+        g_bench_res.tok_per_ms = tpms;
+        g_bench_res.mem_used_gib = (totm - fr) / 1073741824.0;
+        g_bench_res.alloc_gib = (model.param_bytes + model.grad_bytes + model.opt_bytes + model.act_bytes +
+                                 model_sparse_bytes(&model)) / 1073741824.0;
         logger_printf(&lg, "bench: median step without profiling events %.2f ms (%d steps), with events %.2f ms (%d steps)\n",
                       median_ms(without_ev, nwo), nwo, median_ms(with_ev, nw), nw);
         prof_print(&prof, stdout);
@@ -721,7 +853,8 @@ int main(int argc, char **argv) {
     }
     model.prof = NULL;
     prof_free(&prof);
-    free(step_ms); free(step_prof); free(nnz); free(alive); free(in); free(tg);
+    free(step_ms); free(step_prof); free(nnz); free(alive); free(in); free(tg); free(sw_ev); free(dead);
+    if (sp_counts_dev) cudaCheck(cudaFree(sp_counts_dev));
     if (tok) tokenizer_free(tok);
     if (train) loader_close(train);
     if (val) loader_close(val);
@@ -730,5 +863,34 @@ int main(int argc, char **argv) {
     model_free(&model);
     logger_close(&lg);
     dist_finalize(&d);
+    return 0;
+}
+
+// --bench-compare: the benchmark with the dense FFN path, then with the sparse one, in this process (each phase
+// creates and frees its own model); then both side by side.
+int main(int argc, char **argv) {
+    int compare = 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--bench-compare")) compare = 1;
+    if (!compare) return run_main(argc, argv);
+    BenchResult r[2];
+    const int paths[2] = {FFN_PATH_DENSE, FFN_PATH_SPARSE};
+    for (int p = 0; p < 2; p++) {
+        printf("==== bench-compare phase %d: FFN path %s ====\n", p + 1, ffn_path_name(paths[p]));
+        fflush(stdout);
+        g_force_path = paths[p];
+        memset(&g_bench_res, 0, sizeof g_bench_res);
+        int rc = run_main(argc, argv);
+        if (rc != 0 || !g_bench_res.done) SLLM_FATAL("--bench-compare: phase %d did not finish (needs --bench N)", p + 1);
+        r[p] = g_bench_res;
+        cudaCheck(cudaDeviceSynchronize());
+    }
+    printf("bench-compare%s: dense FFN %.2f ms/step, %.1f tokens/ms, device memory used %.2f GiB (allocated %.2f GiB) | "
+           "sparse FFN %.2f ms/step, %.1f tokens/ms, device memory used %.2f GiB (allocated %.2f GiB), non-zeros/token "
+           "%.1f | speed-up %.3fx, memory %+.1f%% (used) %+.1f%% (allocated)\n",
+           r[1].synthetic_nnz > 0 ? " (SYNTHETIC sparsity)" : "", r[0].med_ms, r[0].tok_per_ms, r[0].mem_used_gib,
+           r[0].alloc_gib, r[1].med_ms, r[1].tok_per_ms, r[1].mem_used_gib, r[1].alloc_gib, r[1].nnz_mean,
+           r[1].tok_per_ms / r[0].tok_per_ms, 100 * (r[1].mem_used_gib / r[0].mem_used_gib - 1),
+           100 * (r[1].alloc_gib / r[0].alloc_gib - 1));
     return 0;
 }

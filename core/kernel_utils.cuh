@@ -90,4 +90,15 @@ static inline void f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream
     cudaCheckLaunch();
 }
 
+// dst[i] = (float)src[i] (exact), n elements.
+static __global__ void bf16_to_f32_kernel(float *dst, const bf16 *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = __bfloat162float(src[i]);
+}
+static inline void bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t stream) {
+    if (!n) return;
+    bf16_to_f32_kernel<<<(unsigned)ceil_div_sz(n, 256), 256, 0, stream>>>(dst, src, n);
+    cudaCheckLaunch();
+}
+
 #endif  // SLLM_KERNEL_UTILS_CUH

@@ -13,8 +13,10 @@
 //   rstd1/2  [L, N] fp32, rstdf [N] fp32, lnf [N, D]
 //   qkv      [L, N*(Q+2KV)]    per layer: q [N, Q] then k [N, KV] then v [N, KV]; q, k after RoPE
 //   att      [L, N, Q], lse [L, B, H, T] fp32
-//   gu       [L, G, N, F]      gate and up pre-activations (overwritten by their gradients in backward)
-//   h        [L, N, F]         hidden ([1, N, F] with recompute >= 1: recomputed from gu in backward)
+//   gu       [L, G, N, F]      gate and up pre-activations (overwritten by their gradients in backward);
+//                              [1, G, N, F] with ffn_lean (recomputed from ln2 in backward), none with the FFN forced
+//                              sparse
+//   h        [L, N, F]         hidden ([1, N, F] with recompute >= 1 or ffn_lean: recomputed from gu in backward)
 //   scratch: y [N, D], dres [N, D], dln [N, D], dh [N, F], datt [N, Q], dqkv [N, Q+2KV], logits
 //            [chunk, V] (bf16, dlogits in place), losses [N] fp32, attention and norm scratch.
 //
@@ -30,6 +32,12 @@
 // the backward of layers l-1 .. 0. model_read_step / model_read_sparsity sum the step's statistics (CE, L1
 // partials, non-zero counts; fired units by max) across ranks before reading them, so every rank sees the same
 // global values (and a per-layer dense/sparse decision taken from them is the same on every rank).
+// FFN path per layer (model/sparse_ffn.cuh, model_create_ex's SparseFFNOptions): dense (block_ffn_dense) or sparse
+// (twell/train_ffn.cuh, the same rounding points and the same statistics); the sparse layers keep only their compact
+// state for the backward. The path of each layer is decided after each step from the step's counts
+// (model_ffn_dispatch); a layer can go back to dense at any step, so the dense activations exist for every layer
+// (auto), or in a one-layer slot with the gate and up GEMMs recomputed in the backward (ffn_lean), or not at all
+// (the path forced sparse: the dense path never runs).
 #ifndef SLLM_TRAIN_MODEL_CUH
 #define SLLM_TRAIN_MODEL_CUH
 
@@ -48,6 +56,7 @@
 #include "rope.cuh"
 #include "step_profiler.cuh"
 #include "model/block.cuh"
+#include "model/sparse_ffn.cuh"
 #include "model/weights.cuh"
 
 typedef enum {
@@ -111,7 +120,17 @@ typedef struct {
     StepProfiler *prof;        // per-phase CUDA-event timing when set (--bench); NULL: no events
     ModelDist dist;            // data-parallel callbacks (zeroed: single process)
     int sparsity_reduced;      // nnz/fired already summed across ranks since the last model_reset_sparsity
+    SparseFFN sp;              // the sparse FFN path (sp.mode FFN_PATH_DENSE: dense only, nothing allocated)
+    int ffn_lean;              // dense FFN activations in a one-layer slot (gu recomputed in backward)
+    int ffn_dense_slots;       // layer slots of gu (and of h without recompute): L, 1 or 0
 } Model;
+
+// Options of the FFN path (model_create_ex); NULL: dense only.
+typedef struct {
+    int mode;                  // FFNPathMode
+    int lean;                  // auto: dense FFN activations in one slot, recomputed in backward
+    SparseDispatchParams par;
+} SparseFFNOptions;
 
 static inline void model_grad_ready(Model *m, int bucket) {
     if (m->dist.grad_ready) m->dist.grad_ready(m->dist.ctx, bucket, m->stream);
@@ -130,12 +149,31 @@ static inline void model_print_bytes(FILE *f, const char *what, size_t b) {
     fprintf(f, "  %-28s %10.1f MiB\n", what, b / 1048576.0);
 }
 
+// Bytes of the sparse FFN path (workspace, states, WdT copies); 0 when dense only.
+static inline size_t model_sparse_bytes(const Model *m) {
+    if (m->sp.mode == FFN_PATH_DENSE) return 0;
+    return m->sp.ws_bytes + (size_t)m->cfg.n_layer * m->sp.state_bytes + m->sp.wdT_bytes;
+}
+// The FFN activations of both paths: what a dense layer keeps, what a sparse layer keeps, what is allocated.
+static inline void model_print_ffn_memory(const Model *m, FILE *f) {
+    const size_t N = m->N, F = m->cfg.d_ff, G = m->G, L = m->cfg.n_layer;
+    const size_t dense_layer = (G + (m->recompute >= 1 ? 0 : 1)) * N * F * 2;
+    fprintf(f, "  FFN path %s%s: dense FFN activations %.1f MiB per layer (%.1f MiB for all %zu layers), allocated for "
+               "%d layer slot(s)\n", ffn_path_name(m->sp.mode), m->ffn_lean ? " (lean: dense layers recompute gu)" : "",
+            dense_layer / 1048576.0, L * dense_layer / 1048576.0, L, m->ffn_dense_slots);
+    if (m->sp.mode != FFN_PATH_DENSE)
+        fprintf(f, "  sparse FFN: state %.1f MiB per layer (%.1f MiB for %zu layers), workspace %.1f MiB, WdT copies "
+                   "%.1f MiB\n", m->sp.state_bytes / 1048576.0, L * m->sp.state_bytes / 1048576.0, L,
+                m->sp.ws_bytes / 1048576.0, m->sp.wdT_bytes / 1048576.0);
+}
+
 // Creates the model for micro-batches of up to B x T tokens. with_optimizer: allocate master/m/v.
 // verbose: print the memory table to stdout. Parameters are left uninitialised (model_set_params or
 // model_init_random). param_elems: elements of the bf16 parameter allocation (>= the layout's total; more lets
-// ZeRO-1 gather the shards with one all-gather, core/zero1.cuh zero1_padded_total; 0: exactly total).
+// ZeRO-1 gather the shards with one all-gather, core/zero1.cuh zero1_padded_total; 0: exactly total). ffn: the FFN
+// path options (NULL: dense only).
 static inline void model_create_ex(Model *m, const ModelConfig *cfg, int B, int T, int recompute, int with_optimizer,
-                                   int verbose, size_t param_elems) {
+                                   int verbose, size_t param_elems, const SparseFFNOptions *ffn) {
     char err[256];
     memset(m, 0, sizeof *m);
     weights_check_config(cfg, "model_create");
@@ -182,7 +220,11 @@ static inline void model_create_ex(Model *m, const ModelConfig *cfg, int B, int 
         cudaCheck(cudaMemset(m->opt, 0, m->opt_bytes));
         m->master = m->opt; m->m = m->opt + total; m->v = m->opt + 2 * total;
     }
-    size_t Lln = recompute >= 2 ? 1 : L, Lh = recompute >= 1 ? 1 : L;
+    const int ffn_mode = ffn ? ffn->mode : FFN_PATH_DENSE;
+    m->ffn_lean = ffn_mode == FFN_PATH_AUTO && ffn->lean;
+    m->ffn_dense_slots = ffn_mode == FFN_PATH_SPARSE ? 0 : m->ffn_lean ? 1 : (int)L;
+    const size_t Lgu = m->ffn_dense_slots, Ldh = ffn_mode == FFN_PATH_SPARSE ? 0 : 1;
+    size_t Lln = recompute >= 2 ? 1 : L, Lh = recompute >= 1 && Lgu ? 1 : Lgu;
     int Trope = T > cfg->max_seq ? T : cfg->max_seq;
     DeviceBufSpec spec[] = {
         {"res [L+1,N,D]", (void **)&m->res, (L + 1) * N * D * 2},
@@ -196,12 +238,12 @@ static inline void model_create_ex(Model *m, const ModelConfig *cfg, int B, int 
         {"qkv [L,N,Q+2KV]", (void **)&m->qkv, L * N * (Q + 2 * KV) * 2},
         {"att [L,N,Q]", (void **)&m->att, L * N * Q * 2},
         {"lse [L,B,H,T]", (void **)&m->lse, L * m->lse_stride * 4},
-        {"gu [L,G,N,F]", (void **)&m->gu, L * G * N * F * 2},
+        {"gu [L,G,N,F]", (void **)&m->gu, Lgu * G * N * F * 2},
         {"h [L,N,F]", (void **)&m->h, Lh * N * F * 2},
         {"y [N,D]", (void **)&m->y, N * D * 2},
         {"dres [N,D]", (void **)&m->dres, N * D * 2},
         {"dln [N,D]", (void **)&m->dln, N * D * 2},
-        {"dh [N,F]", (void **)&m->dh, N * F * 2},
+        {"dh [N,F]", (void **)&m->dh, Ldh * N * F * 2},
         {"datt [N,Q]", (void **)&m->datt, N * Q * 2},
         {"dqkv [N,Q+2KV]", (void **)&m->dqkv, N * (Q + 2 * KV) * 2},
         {"logits [chunk,V]", (void **)&m->logits, chunk * V * 2},
@@ -232,6 +274,7 @@ static inline void model_create_ex(Model *m, const ModelConfig *cfg, int B, int 
     cudaCheck(cudaMallocHost((void **)&m->h_stage, (5 * N + 2) * sizeof(int)));
     m->h_pairs = (uint64_t *)sllm_malloc(N * sizeof(uint64_t));
     cudaCheck(cudaEventRecord(m->stage_free, m->stream));
+    sparse_ffn_init(&m->sp, cfg, (int)N, ffn_mode, ffn ? &ffn->par : NULL, &m->mm);
     if (verbose) {
         printf("memory (device):\n");
         model_print_bytes(stdout, "parameters (bf16)", m->param_bytes);
@@ -241,17 +284,20 @@ static inline void model_create_ex(Model *m, const ModelConfig *cfg, int B, int 
         for (int i = 0; i < nspec; i++)
             if (spec[i].bytes >= (1u << 20)) printf("    %-26s %10.1f MiB\n", spec[i].name, spec[i].bytes / 1048576.0);
         model_print_bytes(stdout, "activations total", m->act_bytes);
-        model_print_bytes(stdout, "total", m->param_bytes + m->grad_bytes + m->opt_bytes + m->act_bytes);
+        model_print_ffn_memory(m, stdout);
+        model_print_bytes(stdout, "total", m->param_bytes + m->grad_bytes + m->opt_bytes + m->act_bytes +
+                                               model_sparse_bytes(m));
         printf("  memory per sequence (activations): %.1f MiB\n", m->act_bytes / 1048576.0 / B);
     }
 }
 static inline void model_create(Model *m, const ModelConfig *cfg, int B, int T, int recompute, int with_optimizer,
                                 int verbose) {
-    model_create_ex(m, cfg, B, T, recompute, with_optimizer, verbose, 0);
+    model_create_ex(m, cfg, B, T, recompute, with_optimizer, verbose, 0, NULL);
 }
 
 static inline void model_free(Model *m) {
     cudaCheck(cudaStreamSynchronize(m->stream));
+    sparse_ffn_free(&m->sp);
     cudaCheck(cudaFree(m->params));
     cudaCheck(cudaFree(m->grads));
     if (m->opt) cudaCheck(cudaFree(m->opt));
@@ -267,10 +313,12 @@ static inline void model_free(Model *m) {
 // ---- parameters and optimizer state in and out ----------------------------------------------------
 // Host fp32 flat buffer -> master (if any) and bf16 working weights (round to nearest even).
 static inline void model_set_params(Model *m, const float *host) {
+    sparse_ffn_mark_stale(&m->sp);
     params_upload(m->params, m->master, host, m->lay.total, m->stream);
 }
 // Random weights (model/weights.cuh, params_init_random), into the master weights too when present.
 static inline void model_init_random(Model *m, uint64_t seed) {
+    sparse_ffn_mark_stale(&m->sp);
     params_init_random(m->params, m->master, &m->lay, seed, m->stream);
 }
 // Current parameters as fp32 (master weights when present, else the bf16 working weights).
@@ -310,6 +358,7 @@ static inline void model_reset_sparsity(Model *m) {
     cudaCheck(cudaMemsetAsync(m->fired, 0, (size_t)m->cfg.n_layer * m->cfg.d_ff, m->stream));
     m->stat_tokens = 0;
     m->sparsity_reduced = 0;
+    sparse_ffn_reset_window(&m->sp);
 }
 
 // ---- forward --------------------------------------------------------------------------------------
@@ -337,8 +386,8 @@ static inline LayerActs model_layer_acts(const Model *m, int l, int N) {
     a.v = a.k + (size_t)N * KV;
     a.att = m->att + l * NA * Q;
     a.lse = m->lse + l * m->lse_stride;
-    a.gu = m->gu + l * (size_t)m->G * NA * F;
-    a.h = m->h + (m->recompute >= 1 ? 0 : l) * NA * F;
+    a.gu = m->gu + (m->ffn_lean ? 0 : l) * (size_t)m->G * NA * F;
+    a.h = m->h + (m->recompute >= 1 || m->ffn_lean ? 0 : l) * NA * F;
     return a;
 }
 
@@ -396,7 +445,14 @@ static inline void model_forward(Model *m, const int *inputs, const int *targets
         block_attn_out(&m->mm, &bs, &w, xm, ln2, rstd2, x, m->y, att, N, s);
         model_mark(m, PH_FFN_GU);
         const FFNStats fs = {m->l1_part + (size_t)l * FFN_STAT_BLOCKS, m->nnz + l, m->fired + (size_t)l * F};
-        block_ffn_dense(&m->mm, &bs, &w, m->y, gu, h, ln2, N, stats ? &fs : NULL, m->prof, s);
+        if (sparse_ffn_layer_sparse(&m->sp, l))
+            sparse_ffn_forward(&m->sp, l, &w, ln2, m->y, N, stats ? fs.l1_part : NULL, stats ? fs.nnz : NULL,
+                               stats ? fs.fired : NULL, s);
+        else if (!m->ffn_dense_slots)
+            SLLM_FATAL("model_forward: layer %d on the dense FFN path, but the FFN path was forced sparse (no dense "
+                       "FFN activations allocated)", l);
+        else
+            block_ffn_dense(&m->mm, &bs, &w, m->y, gu, h, ln2, N, stats ? &fs : NULL, m->prof, s);
         if (l + 1 < L)
             block_ffn_out(&bs, &w, m->res + (l + 1) * NA * D, m->ln1 + (m->recompute >= 2 ? 0 : l + 1) * NA * D,
                           m->rstd1 + (l + 1) * NA, xm, m->y, N, s);
@@ -447,8 +503,17 @@ static inline void model_backward(Model *m, float l1_coef) {
         float *rstd1 = a.rstd1, *rstd2 = a.rstd2, *lse = a.lse;
         // ---- FFN: res_out = xm + h Wd^T
         model_mark(m, PH_B_FFN_DOWN);
-        if (m->recompute >= 1) ffn_forward(h, gu, N, F, c->gated, NULL, NULL, NULL, s);
         if (m->recompute >= 2) rmsnorm_forward(ln2, NULL, xm, model_w(m, PARAM_FFN_NORM, l), N, D, eps, s);
+        if (sparse_ffn_layer_sparse(&m->sp, l)) {
+            const LayerWeights w = layer_weights(m->params, &m->lay, c, l);
+            sparse_ffn_backward(&m->sp, l, &w, ln2, m->dres, m->dln, c->gated ? model_g(m, PARAM_WG, l) : NULL,
+                                model_g(m, PARAM_WU, l), model_g(m, PARAM_WD, l), gacc, l1_coef, s);
+        } else {
+        if (m->ffn_lean)  // gu of this layer was overwritten by later layers: recompute it from ln2
+            matmul_strided_batched(&m->mm, gu, 0, (long long)N * F, ln2, 0, 0,
+                                   model_w(m, c->gated ? PARAM_WG : PARAM_WU, l), 1, (long long)L * F * D, G, N, F, D,
+                                   1.0f, 0.0f, s);
+        if (m->recompute >= 1 || m->ffn_lean) ffn_forward(h, gu, N, F, c->gated, NULL, NULL, NULL, s);
         matmul(&m->mm, model_g(m, PARAM_WD, l), 1, m->dres, 1, h, 0, D, F, N, 1.0f, gb, s);     // dWd += dres^T h
         matmul(&m->mm, m->dh, 0, m->dres, 0, model_w(m, PARAM_WD, l), 0, N, F, D, 1.0f, 0.0f, s);  // dh = dres Wd
         model_mark(m, PH_B_FFN_ACT);
@@ -463,6 +528,7 @@ static inline void model_backward(Model *m, float l1_coef) {
             matmul(&m->mm, m->dln, 0, gu + (size_t)gi * N * F, 0, model_w(m, kind, l), 0, N, D, F, 1.0f,
                    gi == 0 ? 0.0f : 1.0f, s);
         }
+        }  // dense FFN
         // dres += rmsnorm backward of dln2 (the residual add fused into the norm kernel)
         model_mark(m, PH_B_FFN_NORM);
         rmsnorm_backward_ex(m->dres, model_g(m, PARAM_FFN_NORM, l), m->norm_scratch, m->dln, xm,
@@ -530,6 +596,61 @@ static inline void model_adamw(Model *m, const AdamWParams *hp) {
     adamw_update_multi(m->params, m->master, m->m, m->v, m->grads, &seg, hp, m->scalars + SC_NORM, m->stream);
 }
 
+// ---- the FFN path per layer (model/sparse_ffn.cuh) --------------------------------------------------
+// After every optimizer step (after model_adamw): the WdT copies of the sparse layers are stale (refreshed by their
+// next forward).
+static inline void model_ffn_after_update(Model *m) { sparse_ffn_mark_stale(&m->sp); }
+
+// After model_read_step: this rank's counts of the step into m->sp.counts [L * SPARSE_COUNTS_PER_LAYER] uint64.
+// With several ranks, all-reduce (sum) m->sp.counts between model_ffn_step_counts and model_ffn_dispatch: the decision
+// is a pure function of the summed counts, so every rank takes the same one.
+static inline void model_ffn_step_counts(Model *m) {
+    if (m->sp.mode != FFN_PATH_DENSE) sparse_ffn_step_counts(&m->sp, m->stat_tokens);
+}
+// The path of each layer for the next step; the switches into ev [L], their number returned.
+static inline int model_ffn_dispatch(Model *m, SparseSwitch *ev) {
+    return sparse_ffn_dispatch(&m->sp, m->stat_tokens, ev);
+}
+
+// Dead-unit re-initialisation (the paper's mitigation): the gate rows (Wg; Wu when non-gated) of the units that did
+// not fire since the last model_reset_sparsity are re-drawn ~ N(0, 0.02) in the bf16 and master weights, and their
+// AdamW moments zeroed. The optimizer state is the model's own (with_optimizer) or, under ZeRO-1, the shard the caller
+// passes: master/m/v of the flat range [so, so + cnt). With several ranks, m->fired must already hold the units fired
+// on any rank (model_read_sparsity reduces it), so every rank re-draws the same rows. dead_per_layer [L] (may be
+// NULL) gets the counts; returns the total. One sync (log steps).
+static inline long model_reinit_dead(Model *m, uint64_t seed, int *dead_per_layer, float *master, float *m1, float *m2,
+                                     size_t so, size_t cnt) {
+    if (!master && m->opt) { master = m->master; m1 = m->m; m2 = m->v; so = 0; cnt = m->lay.total; }
+    if (!master) SLLM_FATAL("model_reinit_dead: no optimizer state (the model's own or a ZeRO-1 shard)");
+    const int L = m->cfg.n_layer, F = m->cfg.d_ff, D = m->cfg.d_model;
+    uint8_t *fired = (uint8_t *)sllm_malloc((size_t)L * F);
+    int *rows = (int *)sllm_malloc((size_t)F * sizeof(int)), *rows_dev = NULL;
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaMemcpy(fired, m->fired, (size_t)L * F, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMalloc((void **)&rows_dev, (size_t)L * F * sizeof(int)));
+    long total = 0;
+    const ParamKind gate = m->cfg.gated ? PARAM_WG : PARAM_WU;
+    for (int l = 0; l < L; l++) {
+        int n = 0;
+        for (int f = 0; f < F; f++)
+            if (!fired[(size_t)l * F + f]) rows[n++] = f;
+        if (dead_per_layer) dead_per_layer[l] = n;
+        total += n;
+        if (!n) continue;
+        int *rd = rows_dev + (size_t)l * F;
+        cudaCheck(cudaMemcpyAsync(rd, rows, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+        const size_t off = param_offset(&m->lay, gate, l);
+        sp_redraw_rows_kernel<<<n, 256, 0, m->stream>>>(m->params, off, master, m1, m2, so, cnt, rd, D,
+                                                      seed * 0x100000001b3ull + (uint64_t)l, 0.02f);
+        cudaCheckLaunch();
+        cudaCheck(cudaStreamSynchronize(m->stream));  // rows is reused by the next layer
+    }
+    cudaCheck(cudaFree(rows_dev));
+    free(rows);
+    free(fired);
+    return total;
+}
+
 // ---- statistics back to the host (one sync) --------------------------------------------------------
 typedef struct {
     float ce_sum;        // sum of per-token CE over the step's micro-steps
@@ -550,6 +671,7 @@ static inline void model_read_step(Model *m, ModelStepStats *out) {
     cudaCheck(cudaMemcpy(sc, m->scalars, sizeof sc, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(part, m->l1_part, (size_t)L * FFN_STAT_BLOCKS * 4, cudaMemcpyDeviceToHost));
     memset(out, 0, sizeof *out);
+    sparse_ffn_read(&m->sp, m->nnz);  // the dispatch's counts, after the same sync
     out->ce_sum = sc[SC_CE];
     out->grad_norm = sc[SC_NORM];
     for (int l = 0; l < L; l++) {

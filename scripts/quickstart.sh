@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Quick start: train a small ReLU-gated Llama with the L1 sparsity penalty on the starter data (Brown corpus,
-# GPT-2 tokens), watch the loss and the mean non-zeros per token fall, save a checkpoint, print a sample, then
-# generate from the checkpoint with build/infer (GPU only).
-#   GPU:    build/train_gpt_relu, preset "small" (~124M parameters with the GPT-2 vocab 50304), a few minutes.
+# GPT-2 tokens), watch the loss and the mean non-zeros per token fall and the FFN layers switch to the sparse (TwELL)
+# path, save a checkpoint, print a sample, then generate from the checkpoint and time its dense vs sparse FFN with
+# build/infer (GPU only).
+#   GPU:    build/train_gpt_relu, d_model 512, 8 layers, d_ff 2048 (~52M parameters with the GPT-2 vocab 50304: small
+#           enough that 800 steps, ~2.7 passes over the 1.2M-token corpus, do not overfit it), lambda 2e-4 ramped up
+#           over 100 steps so that the layers get sparse in a few hundred steps; FFN path auto: each layer switches to
+#           the sparse path below 30 non-zeros per token of 2048 (1.5%; the default, 40/5632 of d_ff, is tuned for
+#           d_ff 5632) and back above 45; the log says when.
 #   no GPU: says so and trains a tiny model with the float64 CPU reference instead (build/train_cpu, ~1-2 min).
-# usage: scripts/quickstart.sh            env: QS_SECONDS (GPU training time, default 180), QS_OUT (output dir)
+# usage: scripts/quickstart.sh            env: QS_SECONDS (GPU training time limit, default 180), QS_OUT (output dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=data/starter
@@ -29,17 +34,20 @@ fi
 if [ $gpu = 1 ]; then
   SECS=${QS_SECONDS:-180}
   make -j"$(nproc)" build/train_gpt_relu >/dev/null
-  echo "quickstart: GPU found ($(nvidia-smi -L | head -1)); training preset 'small' for ${SECS}s into $OUTDIR"
+  echo "quickstart: GPU found ($(nvidia-smi -L | head -1)); training d_model 512 x 8 layers (at most ${SECS}s) into $OUTDIR"
   ./build/train_gpt_relu --train "$DATA/brown_train_*.bin" --val "$DATA/brown_val_*.bin" \
-      --preset small --vocab 50304 --batch 8 --seq 512 --steps 2000 --warmup 100 --lr 6e-4 --final-lr-frac 0.1 \
-      --l1 5e-5 --eval-every 200 --eval-batches 8 --sample-every 1000 --sample-tokens 64 --log-stats-every 50 \
-      --ckpt-every 0 --time-limit "$SECS" --out "$OUTDIR" "${tok[@]}"
+      --preset small --vocab 50304 --d-model 512 --layers 8 --heads 8 --d-ff 2048 --max-seq 512 \
+      --batch 8 --seq 512 --steps 800 --warmup 100 --lr 1e-3 --final-lr-frac 0.1 \
+      --l1 2e-4 --l1-warmup 100 --ffn-path auto --sparse-on 30 --sparse-off 45 --eval-every 100 --eval-batches 8 --sample-every 800 --sample-tokens 64 \
+      --log-stats-every 100 --ckpt-every 0 --time-limit "$SECS" --out "$OUTDIR" "${tok[@]}"
   echo "quickstart: done. Log: $OUTDIR/train.log; checkpoint: $(ls -d "$OUTDIR"/ckpt_* | tail -1)"
   if [ ${#tok[@]} -gt 0 ]; then
     make -j"$(nproc)" build/infer >/dev/null
     echo "quickstart: generating from the checkpoint (build/infer: KV cache, TwELL sparse FFN per layer):"
     ./build/infer --ckpt "$OUTDIR" "${tok[@]}" --prompt "The jury said that" --tokens 64 --temperature 0.8 --top-k 50 \
         --stats
+    echo "quickstart: dense vs sparse FFN of the checkpoint (build/infer --bench):"
+    ./build/infer --ckpt "$OUTDIR" --bench --prompt-len 512 --tokens 128
   fi
 else
   echo "quickstart: no GPU found (nvidia-smi lists none): training a tiny model on the CPU with the float64"

@@ -31,9 +31,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-extern "C" {
-#include <cmocka.h>
-}
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +43,9 @@ extern "C" {
 #include "test_util.h"
 #include "rng.h"
 #include "gpu_harness.h"
+extern "C" {  // after the CUDA headers: cmocka's fail() macro breaks the C++ <ios> that cub includes
+#include <cmocka.h>
+}
 
 static uint64_t g_seed;
 static Rng g_rng;

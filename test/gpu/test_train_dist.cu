@@ -28,6 +28,7 @@ extern "C" {
 #include "common.h"
 #include "cuda_common.cuh"
 #include "dataloader/shard.h"
+#include "gpu_harness.h"
 #include "rng.h"
 
 #define MAXL 128
@@ -180,9 +181,10 @@ static void test_dist_loss_curves(void **state) {
     run_cmd(cmd);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dist_loss_curves),
     };
+    GPU_TEST_PREFLIGHT("test_train_dist", tests);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

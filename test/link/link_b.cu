@@ -16,6 +16,9 @@
 #include "model/block.cuh"
 #include "model/infer_engine.cuh"
 #include "twell/train_ffn.cuh"
+#include "model/sparse_dispatch.h"
+#include "model/sparse_ffn.cuh"
+#include "model/synthetic_sparsity.cuh"
 #include "model/train_model.cuh"
 #include "model/weights.cuh"
 

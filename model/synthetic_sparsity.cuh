@@ -2,13 +2,15 @@
 // (train_gpt_relu --bench N --synthetic-nnz K). A random-init model fires ~half of its units; this makes every layer
 // fire about K units per token so that the sparse FFN path can be timed at the paper's sparsity without training.
 //
-// The trick (weights only, no change to any kernel): column 0 of the embedding is set to a constant A = 1 for every
+// The trick (weights only, no change to any kernel): column 0 of the embedding is set to a constant A = 16 for every
 // token, so the residual stream carries a component along e_0 that dominates its other coordinates (those are
-// ~N(0, 0.02) at init and the blocks add little); after the FFN norm, ln2[:, 0] is then a large positive value c_l
-// for every token. Column 0 of every gate row of layer l is set to -b_l, which shifts every gate pre-activation by
-// -b_l * c_l: g = g_rest - b_l c_l, with g_rest ~ N(mu, sigma^2) over tokens and units. The fraction of positive
-// gates is Phi((mu - b_l c_l) / sigma), so z_l(b) = Phi^-1(fraction) is linear in b_l: a secant iteration on z finds
-// b_l with K / d_ff positives in a few forwards (all layers at once; later layers follow the earlier ones).
+// ~N(0, 0.02) at init, |x_rest|^2 ~ 0.0004 D, and the blocks add O(1)); after the FFN norm, ln2[:, 0] is then nearly
+// the same large positive value c_l for every token and batch. Column 0 of every gate row of layer l is set to -b_l,
+// which shifts every gate pre-activation by -b_l * c_l: g = g_rest - b_l c_l, with g_rest ~ N(mu, sigma^2) over
+// tokens and units. The fraction of positive gates is Phi((mu - b_l c_l) / sigma), so z_l(b) = Phi^-1(fraction) is
+// linear in b_l. The layers are calibrated one after the other (a layer's shift changes the input of every later
+// layer, so calibrating them together oscillates): for each, a secant iteration on z inside a bracket [lo, hi] of b
+// (the count falls as b grows) finds b_l with K / d_ff positives in a few forwards.
 // The weights must then stay fixed (the trainer runs the benchmark at learning rate 0): the optimizer would move
 // the shift. The measured non-zeros per token are reported with the timings; the output says SYNTHETIC.
 #ifndef SLLM_MODEL_SYNTHETIC_SPARSITY_CUH
@@ -37,54 +39,61 @@ static inline double model_synthetic_sparsity(Model *m, double target_nnz, uint6
     const ParamKind gate = c->gated ? PARAM_WG : PARAM_WU;
     const size_t eo = param_offset(&m->lay, PARAM_EMBED, 0);
     sp_set_column_kernel<<<CEIL_DIV(c->vocab_size, 256), 256, 0, m->stream>>>(m->params + eo, m->master ? m->master + eo : NULL,
-                                                                          c->vocab_size, D, 0, 1.0f);
+                                                                          c->vocab_size, D, 0, 16.0f);
     cudaCheckLaunch();
-    double *b = (double *)sllm_calloc(L, sizeof(double)), *bp = (double *)sllm_calloc(L, sizeof(double)),
-           *zp = (double *)sllm_calloc(L, sizeof(double)), *nnz = (double *)sllm_calloc(L, sizeof(double)),
-           *alive = (double *)sllm_calloc(L, sizeof(double));
+    double *nnz = (double *)sllm_calloc(L, sizeof(double)), *alive = (double *)sllm_calloc(L, sizeof(double));
     int *in = (int *)sllm_malloc((size_t)N * sizeof(int)), *tg = (int *)sllm_malloc((size_t)N * sizeof(int));
     Rng rng;
     rng_seed(&rng, seed);
     const double zt = synth_probit(target_nnz / F);
-    double worst = 1e30;
-    for (int it = 0; it < 12; it++) {
-        for (int l = 0; l < L; l++) {
-            const size_t off = param_offset(&m->lay, gate, l);
-            sp_set_column_kernel<<<CEIL_DIV(F, 256), 256, 0, m->stream>>>(m->params + off, m->master ? m->master + off : NULL,
-                                                                       F, D, 0, (float)-b[l]);
-            cudaCheckLaunch();
-        }
+    // one forward on a fresh random batch: the non-zeros per token of every layer into nnz
+    auto measure = [&](void) {
         sparse_ffn_mark_stale(&m->sp);
         for (int i = 0; i < N; i++) { in[i] = (int)rng_below(&rng, c->vocab_size); tg[i] = (int)rng_below(&rng, c->vocab_size); }
         model_reset_sparsity(m);
         model_forward(m, in, tg, B, T, MODEL_TRAIN, 0.0f);
         model_read_sparsity(m, nnz, alive);
-        worst = 0;
-        for (int l = 0; l < L; l++) {
+    };
+    auto set_shift = [&](int l, double v) {
+        const size_t off = param_offset(&m->lay, gate, l);
+        sp_set_column_kernel<<<CEIL_DIV(F, 256), 256, 0, m->stream>>>(m->params + off, m->master ? m->master + off : NULL,
+                                                                   F, D, 0, (float)-v);
+        cudaCheckLaunch();
+    };
+    for (int l = 0; l < L; l++) {
+        double lo = 0, hi = -1, zlo = 0, zhi = 0, bb = 0.05;  // count(lo) > target > count(hi); hi < 0: not found yet
+        for (int it = 0; it < 24; it++) {
+            set_shift(l, bb);
+            measure();
             const double e = fabs(nnz[l] - target_nnz) / target_nnz;
-            if (e > worst) worst = e;
-        }
-        if (log) {
-            fprintf(log, "synthetic sparsity: iteration %d, non-zeros/token per layer:", it);
-            for (int l = 0; l < L; l++) fprintf(log, " %.1f", nnz[l]);
-            fprintf(log, " (target %.1f, worst %.1f%%)\n", target_nnz, 100 * worst);
-        }
-        if (worst < 0.05) break;
-        for (int l = 0; l < L; l++) {
+            if (log) fprintf(log, "synthetic sparsity: layer %d, shift %.5g: %.1f non-zeros/token (target %.1f)\n", l, bb,
+                             nnz[l], target_nnz);
+            if (e < 0.03) break;
             double p = nnz[l] / F;
             p = p < 1e-7 ? 1e-7 : (p > 1 - 1e-7 ? 1 - 1e-7 : p);
             const double z = synth_probit(p);
-            double nb;
-            if (it == 0 || fabs(z - zp[l]) < 1e-9) nb = b[l] + 0.05;  // a second point for the secant
-            else nb = b[l] + (zt - z) * (b[l] - bp[l]) / (z - zp[l]);
-            if (!(nb >= 0)) nb = 0.5 * b[l];
-            if (nb > 10) nb = 10;
-            bp[l] = b[l]; zp[l] = z; b[l] = nb;
+            if (nnz[l] > target_nnz) { lo = bb; zlo = z; }
+            else { hi = bb; zhi = z; }
+            if (hi < 0) { bb = 2 * bb; continue; }  // no upper end yet: double the shift
+            double nb = (lo == 0 && zlo == 0) ? 0.5 * (lo + hi) : lo + (zt - zlo) * (hi - lo) / (zhi - zlo);
+            if (!(nb > lo && nb < hi) || it % 3 == 2) nb = 0.5 * (lo + hi);  // keep inside the bracket; bisect now and then
+            bb = nb;
         }
+    }
+    measure();  // all layers at their shifts, on another batch
+    double worst = 0;
+    for (int l = 0; l < L; l++) {
+        const double e = fabs(nnz[l] - target_nnz) / target_nnz;
+        if (e > worst) worst = e;
+    }
+    if (log) {
+        fprintf(log, "synthetic sparsity: non-zeros/token per layer:");
+        for (int l = 0; l < L; l++) fprintf(log, " %.1f", nnz[l]);
+        fprintf(log, " (target %.1f, worst %.1f%%)\n", target_nnz, 100 * worst);
     }
     if (nnz_out) memcpy(nnz_out, nnz, (size_t)L * sizeof(double));
     model_reset_sparsity(m);
-    free(b); free(bp); free(zp); free(nnz); free(alive); free(in); free(tg);
+    free(nnz); free(alive); free(in); free(tg);
     return worst;
 }
 

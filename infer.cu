@@ -193,6 +193,7 @@ int main(int argc, char **argv) {
     if (!!o.prompt + !!o.prompt_file + !!o.prompt_ids > 1) SLLM_FATAL("give at most one of --prompt, --prompt-file, --prompt-ids");
     if ((o.prompt || o.prompt_file) && !o.tokenizer) SLLM_FATAL("--prompt and --prompt-file need --tokenizer");
     const InferFFN ffn = parse_ffn(o.ffn);
+    cuda_require_device("infer");
 
     // ---- model
     ModelConfig cfg;

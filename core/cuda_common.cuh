@@ -45,6 +45,17 @@ static inline int cuda_device_available(void) {
     return n > 0;
 }
 
+// For a program that cannot run without a GPU: exits with a clear message (what is missing, CUDA's own reason)
+// instead of failing at its first kernel with a driver message.
+static inline void cuda_require_device(const char *prog) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n > 0) return;
+    fprintf(stderr, "error: %s needs an NVIDIA GPU, and CUDA sees none (%s)\n", prog,
+            e == cudaSuccess ? "no device" : cudaGetErrorString(e));
+    exit(1);
+}
+
 // Number of SMs of the current device (for persistent and grid-stride launches).
 static inline int cuda_sm_count(void) {
     int dev = 0, sms = 0;

@@ -228,6 +228,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_coresident: need M a positive multiple of 128, 0 < nnz <= 2816, reps >= 1\n");
         return 2;
     }
+    cuda_require_device("bench_coresident");
     const int D = 2048, F = 5632, nrows = 2 * F;  // Wud: Wu and Wd rows stacked, 46 MB
     int sms = cuda_sm_count();
     bf16 *X, *Wg, *G;

@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!cuda_device_available()) { printf("bench_ffn_train: no GPU\n"); return 0; }
+    cuda_require_device("bench_ffn_train");
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     const char *pname = pattern == TP_HEAVY ? "heavy" : pattern == TP_MIX ? "mix" : "uniform";

@@ -42,6 +42,7 @@ __global__ void l2_probe_kernel(const uint4 *__restrict__ W, int nrows, int widt
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 9;
     if (reps < 1) { fprintf(stderr, "usage: bench_l2 [reps >= 1]\n"); return 2; }
+    cuda_require_device("bench_l2");
     const int grid = 65536;                      // tokens (M), one CTA each
     const size_t per_cta_bytes = 58 * 4096;      // nnz 29: 29 up rows + 29 down rows of 4 KB
     const size_t max_bytes = 72u << 20;

@@ -47,7 +47,7 @@ if [ $gpu = 1 ]; then
     ./build/infer --ckpt "$OUTDIR" "${tok[@]}" --prompt "The jury said that" --tokens 64 --temperature 0.8 --top-k 50 \
         --stats
     echo "quickstart: dense vs sparse FFN of the checkpoint (build/infer --bench):"
-    ./build/infer --ckpt "$OUTDIR" --bench --prompt-len 512 --tokens 128
+    ./build/infer --ckpt "$OUTDIR" --bench --prompt-len 256 --tokens 128  # the context is 512 (--max-seq)
   fi
 else
   echo "quickstart: no GPU found (nvidia-smi lists none): training a tiny model on the CPU with the float64"

@@ -1,6 +1,7 @@
 // train_gpt_relu.cu: the GPU trainer for Llama-style models with a ReLU-gated FFN and an L1 activation
-// penalty (dense FFN path). Model code lives in core/model.cuh (shared with the tests); this file holds
-// the command line, checkpoints and resume, evaluation, sampling and the training loop.
+// penalty, the FFN dense or sparse (TwELL) per layer, on one GPU or data parallel over several (NCCL, ZeRO-1).
+// Model code lives in model/train_model.cuh (shared with the tests); this file holds the command line,
+// checkpoints and resume, evaluation, sampling and the training loop.
 //
 //   build/train_gpt_relu --train 'data/x_train_*.bin' --val 'data/x_val_*.bin' --preset small --out run1
 //   build/train_gpt_relu -h          (every option, generated from the option table)

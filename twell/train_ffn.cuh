@@ -1168,7 +1168,7 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The trainer's dense FFN (core/model.cuh's FFN part), the baseline and the reference of the tests and the bench.
+// The trainer's dense FFN (model/train_model.cuh's FFN part), the baseline and the reference of the tests and the bench.
 // Wgu [G, F, D] (gate then up, contiguous; G = gated ? 2 : 1), Wd [D, F]; gu [G, M, F], h [M, F], dh [M, F] scratch.
 // ---------------------------------------------------------------------------------------------------
 static void twtrain_dense_forward(MatmulContext *mm, const bf16 *X, const bf16 *Wgu, const bf16 *Wd, bf16 *Y, bf16 *gu,

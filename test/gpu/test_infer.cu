@@ -1,11 +1,11 @@
-// GPU tests of the inference engine (core/infer_model.cuh) and its kernels, against float64 CPU references.
+// GPU tests of the inference engine (model/infer_engine.cuh) and its kernels, against float64 CPU references.
 //
 // 1. kv_attention (core/kv_attention.cuh) against a float64 attention over the cache: decode rows (T = 1) and prefill
 //    chunks after the first (T > 1, causal inside the chunk), GQA, head dims 24 / 32 / 64 / 128, one key, ~3000
 //    keys; fresh random inputs; the output poisoned (NaN) first. Relative error < 1e-2 (bf16 output: ~2e-3).
 // 2. rope_forward_qk_at (row positions pos0 + t, pos0 given on the host or read on the device) gives the same bits as
 //    the training RoPE over whole sequences. kv_attention with the position on the device: the same bits as given.
-// 3. The whole engine against the float64 CPU model (test/ref_model.h) on the same bf16-rounded weights: B = 2
+// 3. The whole engine against the float64 CPU model (model/ref_model.h) on the same bf16-rounded weights: B = 2
 //    sequences of 40 tokens, fed as prompt chunks of <= 8 tokens (the first through the training attention, later
 //    ones through the cache) and then one token at a time (decoding). Every call's logits (every row) must match
 //    the reference logits of the same positions to 2e-2 relative (test_train's tolerance for the trainer's logits:

@@ -1,4 +1,4 @@
-// GPU tests of the trainer's kernels (core/*.cuh) against the CPU float64 reference (test/ref_model.h) or a
+// GPU tests of the trainer's kernels (core/*.cuh) against the CPU float64 reference (model/ref_model.h) or a
 // direct float64 computation, on fresh random inputs (seed printed; SLLM_TEST_SEED=<n> repeats a run).
 // Output buffers are poisoned (NaN / 0xff) before each kernel, so an element that is not written fails.
 //

@@ -1,4 +1,4 @@
-// GPU tests of the whole trainer model (core/model.cuh) against the CPU float64 reference (test/ref_model.h),
+// GPU tests of the whole trainer model (model/train_model.cuh) against the CPU float64 reference (model/ref_model.h),
 // and of bit-exact resume of the train_gpt_relu binary.
 //
 // 1. One forward + backward of tiny configs (gated MHA, and non-gated GQA) on random tokens, lambda large enough

@@ -4,7 +4,7 @@
 //     128, 50%, heavy first tokens, mixed (all-zero rows, fully dense rows), plus a tiny pair pool (rows past the
 //     pool go dense) and a low dense-row threshold;
 //   - accumulation into prefilled gradients, and bitwise determinism of two runs;
-//   - M 16384 and 131072 at D 2048, F 5632 against our dense GPU path (core/ffn.cuh + cuBLASLt, as core/model.cuh):
+//   - M 16384 and 131072 at D 2048, F 5632 against our dense GPU path (core/ffn.cuh + cuBLASLt, as model/train_model.cuh):
 //     Y, dX, dWg, dWu, dWd and L1 within bf16 tolerance; pair counts and fired flags.
 // Outputs are poisoned (NaN) before every sparse run; inputs are fresh random values (seed printed; SLLM_TEST_SEED
 // sets it).

@@ -156,7 +156,7 @@ clean:
 -include $(LIB_OBJS:.o=.d) $(TEST_SUPPORT_OBJS:.o=.d) $(addsuffix .d,$(TOOLS) $(CPU_TESTS))
 
 # ---- fuzz targets (libFuzzer through clang, with ASan + UBSan) ---------------------------------
-#   make fuzz [FUZZ_SECONDS=60]   each target of test/fuzz/fuzz_*.c runs FUZZ_SECONDS on a seeded corpus
+#   make fuzz [FUZZ_SECONDS=60] [FUZZ_SEED=N]   each target of test/fuzz/fuzz_*.c runs FUZZ_SECONDS on a seeded corpus
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Icore -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -168,4 +168,4 @@ $(BUILD)/fuzz/%: test/fuzz/%.c test/fuzz/fuzz_util.h $(FUZZ_SRCS) $(wildcard cor
 	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(FUZZ_SRCS) -o $@ $(LDFLAGS_DEPS) $(LDLIBS)
 fuzz-build: $(FUZZ_TARGETS)
 fuzz: fuzz-build
-	@bash test/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	@FUZZ_SEED=$(FUZZ_SEED) bash test/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)

@@ -101,6 +101,7 @@ int st_open(StFile *f, const char *path, char *err, size_t n) {
     for (const cJSON *e = root->child; e; e = e->next) {
         if (!e->string) FAIL("%s: malformed header: entry without a name", path);
         if (!strcmp(e->string, "__metadata__")) {
+            if (f->meta_keys) FAIL("%s: malformed header: __metadata__ appears twice", path);
             if (!cJSON_IsObject(e)) FAIL("%s: malformed header: __metadata__ must be an object of strings", path);
             int nm = cJSON_GetArraySize(e);
             f->meta_keys = calloc(nm ? nm : 1, sizeof(char *));

@@ -151,6 +151,9 @@ static void test_st_bad_files(void **s) {
                     "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                     "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "tensor 'x' appears twice");
     expect_st_error("meta.safetensors", "{\"__metadata__\":{\"k\":3}}", 0, "__metadata__ value of 'k' is not a string");
+    // found by fuzz_safetensors: a second __metadata__ wrote past the first one's key table
+    expect_st_error("meta2.safetensors", "{\"__metadata__\":{\"format\":\"pt\"},\"__metadata__\":{\"format\":\"pt\"}}", 0,
+                    "__metadata__ appears twice");
     expect_st_error("nodtype.safetensors", "{\"x\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "has no \"dtype\"");
     // an empty file with only metadata is valid
     char path2[512];

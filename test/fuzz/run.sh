@@ -2,7 +2,8 @@
 # Runs each libFuzzer target for SECONDS seconds on a fresh corpus seeded from test/fuzz/seeds/<name>/ and the
 # committed tokenizer fixtures (test/golden/tiny_*), and prints per target: run time, executions, crashes.
 # A crash, a leak or a sanitizer report fails the run (exit 1); the input is kept under build/fuzz/artifacts/.
-# usage: test/fuzz/run.sh SECONDS build/fuzz/fuzz_NAME...
+# usage: test/fuzz/run.sh SECONDS build/fuzz/fuzz_NAME...   (env FUZZ_SEED=N: libFuzzer's -seed, so that a run is
+# reproducible, as CI's; unset: a new random exploration each run)
 set -u
 secs=$1; shift
 art=build/fuzz/artifacts; mkdir -p "$art"
@@ -16,7 +17,8 @@ for bin in "$@"; do
     gpt2) { cat test/golden/tiny_gpt2/encoder.json; printf '\0'; cat test/golden/tiny_gpt2/vocab.bpe; } > "$corpus/tiny" ;;
   esac
   log=$(mktemp)
-  "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$art/$name-" \
+  seed=(); [ -n "${FUZZ_SEED:-}" ] && seed=(-seed="$FUZZ_SEED")
+  "$bin" "${seed[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$art/$name-" \
          "$corpus" > "$log" 2>&1
   rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

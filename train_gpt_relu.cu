@@ -381,7 +381,15 @@ static int run_main(int argc, char **argv) {
     // ---- processes: rank, world, GPU, NCCL communicator (world 1: no NCCL)
     Dist d;
     DistOptions dopt = {-1, -1, -1, o.dist_init, o.dist_timeout};
-    if (dopt.timeout_s <= 0 && getenv("SLLM_DIST_TIMEOUT")) dopt.timeout_s = atof(getenv("SLLM_DIST_TIMEOUT"));
+    if (dopt.timeout_s <= 0 && getenv("SLLM_DIST_TIMEOUT")) {  // --dist-timeout's default, as strict as the option
+        const char *env = getenv("SLLM_DIST_TIMEOUT");
+        float t = 0;
+        CliOpt to = {"SLLM_DIST_TIMEOUT", 0, CLI_FLOAT, &t, "", 0, 1e6, 0};
+        int bad = cli_parse_number(&to, env, err, sizeof err) != 0;
+        if (!bad && !(t > 0)) { snprintf(err, sizeof err, "expects seconds > 0, got %g", t); bad = 1; }
+        if (bad) SLLM_FATAL("SLLM_DIST_TIMEOUT=\"%s\": %s", env, err);
+        dopt.timeout_s = t;
+    }
     dist_init(&d, &dopt);
     if (d.world > 1) {
         char tag[64];

@@ -9,6 +9,8 @@
 // Short letters mean the same option in every binary: cli_letters below is the one list; an option table that
 // gives a letter to another long name is a programming error reported on the first run (even with -h).
 // cli_parse_pos() also collects positional arguments ("-" is one; "--" ends the options).
+// cli_parse_list() parses a comma-separated list option ("--M 16384,65536", "--nnz 8,29,50%") as strictly.
+// A bad command line exits 2 (the usual code of a usage error) with a message naming the option.
 #ifndef SLLM_CLI_H
 #define SLLM_CLI_H
 
@@ -16,6 +18,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +57,8 @@ static inline const char *cli_letter_conflict(const CliOpt *o) {
 }
 
 static inline void cli_print_help(const CliOpt *o, const char *prog, const char *intro, FILE *f) {
-    fprintf(f, "usage: %s [options]\n%s\noptions:\n", prog, intro ? intro : "");
+    fprintf(f, "usage: %s [options]\n%s\noptions:\n  %-28s %s\n", prog, intro ? intro : "", "-h, --help",
+            "print this help and exit");
     for (; o->name; o++) {
         char left[64];
         const char *arg = o->type == CLI_INT ? " N" : o->type == CLI_U64 ? " N" : o->type == CLI_FLOAT ? " X"
@@ -79,12 +83,24 @@ static inline void cli_print_help(const CliOpt *o, const char *prog, const char 
     }
 }
 
+// A usage error found after parsing (a value the table cannot check alone, e.g. one option against another):
+// "error: <message>", the hint to -h, exit 2, as for the errors the parser finds.
+__attribute__((format(printf, 2, 3), noreturn)) static inline void cli_fail(const char *prog, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n  (run %s -h for the list of options)\n", prog);
+    exit(2);
+}
+
 static inline void cli_die(const CliOpt *opts, const char *prog, const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "error: ");
     fprintf(stderr, fmt, a, b);
     fprintf(stderr, "\n  (run %s -h for the list of options)\n", prog);
     (void)opts;
-    exit(1);
+    exit(2);
 }
 
 // Parses one number for option o from val into its destination; 0 on success, else writes why into msg.
@@ -124,7 +140,7 @@ static inline int cli_parse_number(CliOpt *o, const char *val, char *msg, size_t
 }
 
 // Parses argv into the table; positional arguments go to pos[0..*npos) (pos has room for argc entries) or,
-// when pos is NULL, are an error. -h/--help prints the help and exits 0. Any error exits 1 with a message.
+// when pos is NULL, are an error. -h/--help prints the help and exits 0. Any error exits 2 with a message.
 static inline void cli_parse_pos(int argc, char **argv, CliOpt *opts, const char *prog, const char *intro,
                                  const char **pos, int *npos) {
     for (CliOpt *p = opts; p->name; p++) {
@@ -183,6 +199,54 @@ static inline void cli_parse_pos(int argc, char **argv, CliOpt *opts, const char
         }
         o->given = 1;
     }
+}
+
+// Parses a comma-separated list of numbers s ("16384,65536", "8,29,50%") into out[0..n) and returns n, or -1 with
+// the reason in msg, naming the bad element. Each element is parsed as one option value (cli_parse_number): the
+// whole element, an integer when `integer` ("1e3", "8x", "0.5" are not), finite, within [min, max] when min < max.
+// No empty element ("", "8,,29", "8,"), at most cap elements. With pct non-NULL an element may also be a
+// percentage "P%" with 0 <= P <= 100: out[i] = P / 100 and pct[i] = 1 (pct[i] = 0 for a plain number); with pct
+// NULL a "%" is an error like any other stray character.
+static inline int cli_parse_list(const char *s, int integer, double min, double max, double *out, int *pct, int cap,
+                                 char *msg, size_t msgn) {
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char el[64], why[160];  // why: cli_parse_number's message about a 63-character element
+        if (len == 0) { snprintf(msg, msgn, "element %d of \"%s\" is empty", n + 1, s); return -1; }
+        if (len >= sizeof el) { snprintf(msg, msgn, "element %d of \"%s\" is too long", n + 1, s); return -1; }
+        if (n >= cap) { snprintf(msg, msgn, "\"%s\" has more than %d elements", s, cap); return -1; }
+        memcpy(el, p, len);
+        el[len] = 0;
+        const int is_pct = pct && el[len - 1] == '%';
+        int iv = 0;
+        float fv = 0;
+        CliOpt o = {"", 0, CLI_FLOAT, &fv, "", min, max, 0};
+        if (is_pct) {
+            el[len - 1] = 0;
+            o.min = 0, o.max = 100;
+        } else if (integer) {
+            o.type = CLI_INT, o.dst = &iv;
+        }
+        if (cli_parse_number(&o, el, why, sizeof why) != 0) {
+            snprintf(msg, msgn, "element %d of \"%s\"%s: %s", n + 1, s, is_pct ? " (a percentage)" : "", why);
+            return -1;
+        }
+        out[n] = is_pct ? fv / 100.0 : o.type == CLI_INT ? (double)iv : (double)fv;
+        if (pct) pct[n] = is_pct;
+        n++;
+        if (!comma) return n;
+        p = comma + 1;
+    }
+}
+
+// A positional argument parsed as the number o describes (o->name names it in the message); exits 2 when bad.
+static inline void cli_parse_arg(CliOpt *o, const char *val, const char *prog) {
+    char msg[256];
+    if (cli_parse_number(o, val, msg, sizeof msg) != 0) cli_fail(prog, "%s: %s", o->name, msg);
+    o->given = 1;
 }
 
 static inline void cli_parse(int argc, char **argv, CliOpt *opts, const char *prog, const char *intro) {

@@ -10,7 +10,10 @@
 #include <string.h>
 #include <stdlib.h>
 
+#include <vector>
+
 #include "attention.cuh"
+#include "cli.h"
 #include "rng.h"
 
 static int cmp_float(const void *a, const void *b) {
@@ -59,18 +62,19 @@ static float time_it(const AttnVariant *va, int mode, const Bufs *b, int B, int 
 }
 
 int main(int argc, char **argv) {
-    if (argc > 2 || (argc == 2 && (argv[1][0] < '1' || argv[1][0] > '9'))) {
-        fprintf(stderr, "usage: bench_attention [REPS]   (default 30)\n"
-                        "  times our flash attention forward and backward (every variant: v1, v2 default, atomic dq,\n"
-                        "  simple) at T=2048, 32 heads of 64, causal, B=4 and 8 (and GQA with 8 kv heads);\n"
-                        "  prints ms and TFLOP/s (fwd 2*B*H*T^2*hd FLOPs, bwd 2.5x), medians of REPS runs.\n");
-        return argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? 0 : 2;
-    }
-    int reps = argc > 1 ? atoi(argv[1]) : 30;
-    if (!cuda_device_available()) {
-        printf("bench_attention: no CUDA device, nothing to do\n");
-        return 0;
-    }
+    int reps = 30;
+    CliOpt opts[] = {{NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0}};
+    std::vector<const char *> pos(argc);
+    int npos = 0;
+    cli_parse_pos(argc, argv, opts, "bench_attention",
+                  "Times our flash attention forward and backward (every variant: v1, v2 default, atomic dq, simple)\n"
+                  "at T=2048, 32 heads of 64, causal, B=4 and 8 (and GQA with 8 kv heads); prints ms and TFLOP/s\n"
+                  "(fwd 2*B*H*T^2*hd FLOPs, bwd 2.5x), medians of REPS runs.\n"
+                  "Positional argument: REPS, 1 to 100000 (default 30).", pos.data(), &npos);
+    if (npos > 1) cli_fail("bench_attention", "expected at most one argument (REPS), got %d", npos);
+    CliOpt reps_arg = {"REPS", 0, CLI_INT, &reps, "", 1, 100000, 0};
+    if (npos == 1) cli_parse_arg(&reps_arg, pos[0], "bench_attention");
+    cuda_require_device("bench_attention");
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("bench_attention on %s (%d SMs), median of %d runs\n", prop.name, prop.multiProcessorCount, reps);

@@ -214,20 +214,17 @@ static void coresident_launch(const CUtensorMap &tmX, const CUtensorMap &tmW, in
 
 int main(int argc, char **argv) {
     int M = 65536, reps = 10;
-    double nnz = 29;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--M") && i + 1 < argc) M = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--nnz") && i + 1 < argc) nnz = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: bench_coresident [--M 65536] [--nnz 29] [--reps 10]\n");
-            return 2;
-        }
-    }
-    if (M < 128 || M % 128 || nnz <= 0 || nnz > 2816 || reps < 1) {
-        fprintf(stderr, "bench_coresident: need M a positive multiple of 128, 0 < nnz <= 2816, reps >= 1\n");
-        return 2;
-    }
+    float nnz = 29;
+    CliOpt opts[] = {
+        {"M", 0, CLI_INT, &M, "rows (tokens), a multiple of 128", 128, 1 << 20, 0},
+        {"nnz", 0, CLI_FLOAT, &nnz, "mean active units per token (the gather: 2 nnz rows of 4 KB per token)", 0.5, 2816, 0},
+        {"reps", 0, CLI_INT, &reps, "interleaved rounds (medians)", 1, 100000, 0},
+        {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
+    };
+    cli_parse(argc, argv, opts, "bench_coresident",
+              "Hopper: can the up/down's L2 gather hide under the gate GEMM on the same SMs (one persistent kernel:\n"
+              "wgmma warpgroups beside gather warps)? Columns: the header of dev/bench/bench_coresident.cu.");
+    if (M % 128) cli_fail("bench_coresident", "option --M: %d is not a multiple of 128", M);
     cuda_require_device("bench_coresident");
     const int D = 2048, F = 5632, nrows = 2 * F;  // Wud: Wu and Wd rows stacked, 46 MB
     int sms = cuda_sm_count();

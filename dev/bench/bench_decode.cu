@@ -98,38 +98,32 @@ static void fit_decode_model(const char *what, const char *prefix, const std::ve
 }
 
 int main(int argc, char **argv) {
-    std::vector<double> Ms = {1, 2, 4, 8, 16, 32, 64}, nnzs = {8, 29, 64, 256, -0.5};
     int L = 8, reps = 20, D = 2048, F = 5632;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: %s [--M 1,2,4,8,16,32,64] [--nnz 8,29,64,256,50%%] [--layers 8] [--reps 20] [--D 2048] "
-                   "[--F 5632]\n", argv[0]);
-            return 0;
-        }
-        if (!v) { fprintf(stderr, "error: %s needs a value (see --help)\n", a); return 2; }
-        if (!strcmp(a, "--M")) Ms = parse_list(v);
-        else if (!strcmp(a, "--nnz")) nnzs = parse_list(v);
-        else if (!strcmp(a, "--layers")) L = atoi(v);
-        else if (!strcmp(a, "--reps")) reps = atoi(v);
-        else if (!strcmp(a, "--D")) D = atoi(v);
-        else if (!strcmp(a, "--F")) F = atoi(v);
-        else { fprintf(stderr, "error: unknown option %s (see --help)\n", a); return 2; }
-        i++;
-    }
+    const char *M_list = "1,2,4,8,16,32,64", *nnz_list = "8,29,64,256,50%";
+    char M_help[96];
+    snprintf(M_help, sizeof M_help, "rows per call, comma-separated, each in [1, %d] (the decode path's rows)",
+             TWELL_DECODE_MAX_M);
+    CliOpt opts[] = {
+        {"M", 0, CLI_STRING, &M_list, M_help, 0, 0, 0},
+        {"nnz", 0, CLI_STRING, &nnz_list, "mean active units per row, comma-separated (P%: P/100 of the F units)", 0, 0, 0},
+        {"layers", 0, CLI_INT, &L, "layers, each with its own weights (read from HBM)", 1, 1024, 0},
+        {"reps", 0, CLI_INT, &reps, "interleaved rounds (medians)", 1, 100000, 0},
+        {"D", 0, CLI_INT, &D, "d_model (a multiple of 64)", 64, 8192, 0},
+        {"F", 0, CLI_INT, &F, "d_ff (a multiple of 256)", 256, 1 << 20, 0},
+        {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
+    };
+    cli_parse(argc, argv, opts, "bench_decode",
+              "The FFN at decoding sizes (dense, TwELL tile, decode path, dispatched; eager and CUDA graphs) over a\n"
+              "stack of layers; checks decode against dense; fits the decode dispatch model. Columns: the header of\n"
+              "dev/bench/bench_decode.cu.");
+    const std::vector<double> Ms = bench_list("bench_decode", "M", M_list, 1, 1, TWELL_DECODE_MAX_M, 0);
+    const std::vector<double> nnzs = bench_list("bench_decode", "nnz", nnz_list, 0, 0, 1 << 20, 1);
     int maxM = 0;
-    for (double m : Ms) {
-        if (m < 1 || m > TWELL_DECODE_MAX_M) {
-            fprintf(stderr, "error: --M values must be in [1, %d] (the decode path's rows)\n", TWELL_DECODE_MAX_M);
-            return 2;
-        }
-        maxM = std::max(maxM, (int)m);
-    }
-    if (L < 1 || reps < 1 || twell_check_shapes(maxM, D, F, 8)) {
-        fprintf(stderr, "error: --layers and --reps must be >= 1, D %% 64 == 0, F %% 256 == 0\n");
-        return 2;
-    }
-    if (!cuda_device_available()) { fprintf(stderr, "error: bench_decode needs a GPU\n"); return 1; }
+    for (double m : Ms) maxM = std::max(maxM, (int)m);
+    for (double nz : nnzs)
+        if (nz > F) cli_fail("bench_decode", "option --nnz: %g is more than the %d units of --F", nz, F);
+    if (twell_check_shapes(maxM, D, F, 8)) exit(2);
+    cuda_require_device("bench_decode");
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("bench_decode: %s, %d SMs, L2 %d MB; D=%d F=%d, %d layers (%.0f MB of weights), reps=%d\n", prop.name,

@@ -3,6 +3,7 @@
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
 //                   [--reps N] [--gate-variant K] [--gate-chunk R] [--no-calibrate] [--no-cublas] [--gather]
 //                   [--D 2048] [--F 5632]
+// --quick: M 65536, nnz 8,29,64,128,256 and 5 reps, each unless given. -h lists the options with their defaults.
 // --gate-variant K: the gate of the sparse columns (TWELL_GATE_*: 0 wgmma, 1 cublas_mask; default TWELL_GATE_DEFAULT).
 // --gather: a line under each row with the L2 gather probe alone (58 random 4 KB rows per token, 16-byte loads, no
 //         arithmetic: the up/down's traffic at nnz 29, the floor of any token-major up/down).
@@ -65,43 +66,46 @@ typedef struct {
 int main(int argc, char **argv) {
     Opts o;
     o.quick = 0; o.reps = 15; o.D = 2048; o.F = 5632;
-    o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.calibrate = 1; o.cublas = 1; o.gather = 0;
-    o.Ms = {16384, 65536};
-    o.nnzs = {8, 16, 29, 64, 128, 256, -0.5};
-    o.pat_uniform = 1; o.pat_heavy = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%%] [--pattern uniform|heavy|both]\n"
-                   "                 [--reps N] [--gate-variant K] [--gate-chunk R] [--no-calibrate] [--no-cublas] [--gather]\n"
-                   "                 [--D 2048] [--F 5632]\n"
-                   "TwELL FFN against the dense FFN (cuBLASLt) on generated inputs with a controlled mean number of\n"
-                   "non-zeros per token (uniform or heavy-tailed), interleaved, medians; checks sparse against dense.\n");
-            return 0;
-        }
-        if (!strcmp(a, "--quick")) { o.quick = 1; o.Ms = {65536}; o.nnzs = {8, 29, 64, 128, 256}; o.pat_heavy = 1; o.reps = 5; }
-        else if (!strcmp(a, "--M") && v) { o.Ms.clear(); for (double x : parse_list(v)) o.Ms.push_back((int)x); i++; }
-        else if (!strcmp(a, "--nnz") && v) { o.nnzs = parse_list(v); i++; }
-        else if (!strcmp(a, "--pattern") && v) {
-            o.pat_uniform = !strcmp(v, "uniform") || !strcmp(v, "both");
-            o.pat_heavy = !strcmp(v, "heavy") || !strcmp(v, "both");
-            i++;
-        } else if (!strcmp(a, "--reps") && v) { o.reps = atoi(v); i++; }
-        else if (!strcmp(a, "--gate-variant") && v) { o.gate_variant = atoi(v); i++; }
-        else if (!strcmp(a, "--gate-chunk") && v) { o.gate_chunk = atoi(v); i++; }
-        else if (!strcmp(a, "--no-calibrate")) { o.calibrate = 0; }
-        else if (!strcmp(a, "--no-cublas")) { o.cublas = 0; }
-        else if (!strcmp(a, "--gather")) { o.gather = 1; }
-        else if (!strcmp(a, "--D") && v) { o.D = atoi(v); i++; }
-        else if (!strcmp(a, "--F") && v) { o.F = atoi(v); i++; }
-        else { fprintf(stderr, "error: bench_ffn: unknown or incomplete option '%s' (see the header of dev/bench/bench_ffn.cu)\n", a); return 1; }
+    o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.gather = 0;
+    int no_calibrate = 0, no_cublas = 0;
+    const char *M_list = "16384,65536", *nnz_list = "8,16,29,64,128,256,50%", *pattern = "both";
+    CliOpt opts[] = {
+        {"quick", 0, CLI_FLAG, &o.quick, "M 65536, nnz 8,29,64,128,256, 5 reps (each unless given)", 0, 0, 0},
+        {"M", 0, CLI_STRING, &M_list, "rows (tokens), comma-separated", 0, 0, 0},
+        {"nnz", 0, CLI_STRING, &nnz_list, "mean active units per token, comma-separated (P%: P/100 of the F units)", 0, 0, 0},
+        {"pattern", 0, CLI_STRING, &pattern, "uniform, heavy or both", 0, 0, 0},
+        {"reps", 0, CLI_INT, &o.reps, "interleaved rounds (medians)", 1, 100000, 0},
+        {"gate-variant", 0, CLI_INT, &o.gate_variant, "the sparse path's gate (TWELL_GATE_*: 0 wgmma, 1 cublas_mask)", 0,
+         TWELL_GATE_NUM_VARIANTS - 1, 0},
+        {"gate-chunk", 0, CLI_INT, &o.gate_chunk, "rows per chunk of the cuBLASLt gate (0: its default)", 0, 1 << 24, 0},
+        {"no-calibrate", 0, CLI_FLAG, &no_calibrate, "keep the static dispatch model (no twell_ffn_calibrate per M)", 0, 0, 0},
+        {"no-cublas", 0, CLI_FLAG, &no_cublas, "do not time the other gate (g.other / sp.other)", 0, 0, 0},
+        {"gather", 0, CLI_FLAG, &o.gather, "a line under each row with the L2 gather probe alone", 0, 0, 0},
+        {"D", 0, CLI_INT, &o.D, "d_model (a multiple of 64)", 64, 8192, 0},
+        {"F", 0, CLI_INT, &o.F, "d_ff (a multiple of 256)", 256, 1 << 20, 0},
+        {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
+    };
+    cli_parse(argc, argv, opts, "bench_ffn",
+              "TwELL FFN against the dense FFN (cuBLASLt) on generated inputs with a controlled mean number of\n"
+              "non-zeros per token (uniform or heavy-tailed), interleaved, medians; checks sparse against dense.\n"
+              "The columns and the method: the header of dev/bench/bench_ffn.cu.");
+    o.calibrate = !no_calibrate;
+    o.cublas = !no_cublas;
+    if (o.quick) {
+        if (!cli_given(opts, "M")) M_list = "65536";
+        if (!cli_given(opts, "nnz")) nnz_list = "8,29,64,128,256";
+        if (!cli_given(opts, "reps")) o.reps = 5;
     }
-    if (o.gate_variant < 0 || o.gate_variant >= TWELL_GATE_NUM_VARIANTS) {
-        fprintf(stderr, "error: bench_ffn: --gate-variant %d: expected 0..%d\n", o.gate_variant, TWELL_GATE_NUM_VARIANTS - 1);
-        return 1;
-    }
-    if (!cuda_device_available()) { fprintf(stderr, "error: bench_ffn: no CUDA device\n"); return 1; }
+    for (double m : bench_list("bench_ffn", "M", M_list, 1, 1, 1 << 20, 0)) o.Ms.push_back((int)m);
+    o.nnzs = bench_list("bench_ffn", "nnz", nnz_list, 0, 0, 1 << 20, 1);
+    o.pat_uniform = !strcmp(pattern, "uniform") || !strcmp(pattern, "both");
+    o.pat_heavy = !strcmp(pattern, "heavy") || !strcmp(pattern, "both");
+    if (!o.pat_uniform && !o.pat_heavy)
+        cli_fail("bench_ffn", "option --pattern: expected uniform, heavy or both, got \"%s\"", pattern);
+    for (double nz : o.nnzs)
+        if (nz > o.F) cli_fail("bench_ffn", "option --nnz: %g is more than the %d units of --F", nz, o.F);
+    if (twell_check_shapes(1, o.D, o.F, 8)) exit(2);
+    cuda_require_device("bench_ffn");
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("bench_ffn: %s, %d SMs, L2 %d MB; D=%d F=%d C=8 reps=%d; gate %s\n", prop.name, prop.multiProcessorCount,

@@ -19,29 +19,34 @@
 #include "twell/train_ffn.cuh"
 
 int main(int argc, char **argv) {
-    std::vector<double> Ms = {16384, 65536}, nnzs = {8, 16, 29, 64, 128, 256, 512};
-    int reps = 15, gated = 1, D = 2048, F = 5632, pattern = TP_UNIFORM, prof = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--M") && i + 1 < argc) Ms = parse_list(argv[++i]);
-        else if (!strcmp(argv[i], "--nnz") && i + 1 < argc) nnzs = parse_list(argv[++i]);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--D") && i + 1 < argc) D = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--F") && i + 1 < argc) F = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--nongated")) gated = 0;
-        else if (!strcmp(argv[i], "--prof")) prof = 1;
-        else if (!strcmp(argv[i], "--pattern") && i + 1 < argc) {
-            const char *p = argv[++i];
-            pattern = !strcmp(p, "heavy") ? TP_HEAVY : !strcmp(p, "mix") ? TP_MIX : TP_UNIFORM;
-        } else {
-            fprintf(stderr, "usage: %s [--M list] [--nnz list] [--pattern uniform|heavy|mix] [--reps N] [--nongated] "
-                            "[--D d] [--F f]\n", argv[0]);
-            return 2;
-        }
-    }
+    int reps = 15, nongated = 0, D = 2048, F = 5632, pattern = TP_UNIFORM, prof = 0;
+    const char *M_list = "16384,65536", *nnz_list = "8,16,29,64,128,256,512", *pname = "uniform";
+    CliOpt opts[] = {
+        {"M", 0, CLI_STRING, &M_list, "rows (tokens), comma-separated", 0, 0, 0},
+        {"nnz", 0, CLI_STRING, &nnz_list, "mean active units per token, comma-separated (P%: P/100 of the F units)", 0, 0, 0},
+        {"pattern", 0, CLI_STRING, &pname, "uniform, heavy or mix (dev/bench/train_problem.cuh)", 0, 0, 0},
+        {"reps", 0, CLI_INT, &reps, "interleaved rounds (medians)", 1, 100000, 0},
+        {"nongated", 0, CLI_FLAG, &nongated, "the non-gated FFN (no gate matrix)", 0, 0, 0},
+        {"prof", 0, CLI_FLAG, &prof, "the sparse path's stages timed with events, and its kernels' registers", 0, 0, 0},
+        {"D", 0, CLI_INT, &D, "d_model (a multiple of 256)", 256, 4096, 0},
+        {"F", 0, CLI_INT, &F, "d_ff (a multiple of 256)", 256, 8192, 0},
+        {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
+    };
+    cli_parse(argc, argv, opts, "bench_ffn_train",
+              "FFN forward + backward for training: the sparse TwELL path against our dense path, same inputs;\n"
+              "every output compared first, then interleaved rounds, medians (dev/bench/bench_ffn_train.cu).");
+    const std::vector<double> Ms = bench_list("bench_ffn_train", "M", M_list, 1, 1, 1 << 20, 0);
+    const std::vector<double> nnzs = bench_list("bench_ffn_train", "nnz", nnz_list, 0, 0, 1 << 20, 1);
+    const int gated = !nongated;
+    if (!strcmp(pname, "heavy")) pattern = TP_HEAVY;
+    else if (!strcmp(pname, "mix")) pattern = TP_MIX;
+    else if (strcmp(pname, "uniform")) cli_fail("bench_ffn_train", "option --pattern: expected uniform, heavy or mix, got \"%s\"", pname);
+    for (double nz : nnzs)
+        if (nz > F) cli_fail("bench_ffn_train", "option --nnz: %g is more than the %d units of --F", nz, F);
+    if (tt_check_shape(D, F)) exit(2);
     cuda_require_device("bench_ffn_train");
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    const char *pname = pattern == TP_HEAVY ? "heavy" : pattern == TP_MIX ? "mix" : "uniform";
     printf("bench_ffn_train: %s, D %d F %d, %s, pattern %s, %d reps (medians, ms, CUDA events)\n", prop.name, D, F,
            gated ? "gated" : "non-gated", pname, reps);
     MatmulContext mm;

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cli.h"
 #include "cuda_common.cuh"
 
 __device__ __forceinline__ uint32_t bench_hash(uint64_t x) {
@@ -64,16 +65,21 @@ __global__ void bench_diff(const bf16 *a, const bf16 *b, long long n, double *ou
     atomicAdd(&out[0], s0); atomicAdd(&out[1], s1); atomicAdd(&out[2], bad);
 }
 
-// "8,29,50%" -> {8, 29, -0.5} (a percentage becomes minus the fraction: the "50%" pattern).
-static std::vector<double> parse_list(const char *s) {
-    std::vector<double> v;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        if (strchr(t, '%')) v.push_back(-atof(t) / 100.0);  // "50%" -> -0.5
-        else v.push_back(atof(t));
-    }
-    return v;
+// A list option of a benchmark ("--M 16384,65536", "--nnz 8,29,50%"), parsed strictly by core/cli.h's
+// cli_parse_list (integers when `integer`, each within [min, max]); a bad list exits 2 with a message naming the
+// option and the element. With `percent` an element may be "P%", returned as -P/100 (the "50%" pattern above:
+// a negative nnz is a fraction of F).
+static std::vector<double> bench_list(const char *prog, const char *flag, const char *s, int integer, double min,
+                                      double max, int percent) {
+    double v[256];
+    int pct[256];
+    char msg[512];
+    const int n = cli_parse_list(s, integer, min, max, v, percent ? pct : NULL, 256, msg, sizeof msg);
+    if (n < 0) cli_fail(prog, "option --%s: %s", flag, msg);
+    std::vector<double> out(v, v + n);
+    if (percent)
+        for (int i = 0; i < n; i++) if (pct[i]) out[i] = -v[i];
+    return out;
 }
 
 static float median(std::vector<float> v) {

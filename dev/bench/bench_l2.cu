@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cli.h"
 #include "cuda_common.cuh"
 #include "dev/bench/bench_rows.cuh"
 
@@ -40,8 +41,16 @@ __global__ void l2_probe_kernel(const uint4 *__restrict__ W, int nrows, int widt
 }
 
 int main(int argc, char **argv) {
-    const int reps = argc > 1 ? atoi(argv[1]) : 9;
-    if (reps < 1) { fprintf(stderr, "usage: bench_l2 [reps >= 1]\n"); return 2; }
+    int reps = 9;
+    CliOpt opts[] = {{NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0}};
+    std::vector<const char *> pos(argc);
+    int npos = 0;
+    cli_parse_pos(argc, argv, opts, "bench_l2",
+                  "The L2 gather rate of random weight rows against the footprint and the row width.\n"
+                  "Positional argument: REPS, launches per line (median), 1 to 100000 (default 9).", pos.data(), &npos);
+    if (npos > 1) cli_fail("bench_l2", "expected at most one argument (REPS), got %d", npos);
+    CliOpt reps_arg = {"REPS", 0, CLI_INT, &reps, "", 1, 100000, 0};
+    if (npos == 1) cli_parse_arg(&reps_arg, pos[0], "bench_l2");
     cuda_require_device("bench_l2");
     const int grid = 65536;                      // tokens (M), one CTA each
     const size_t per_cta_bytes = 58 * 4096;      // nnz 29: 29 up rows + 29 down rows of 4 KB

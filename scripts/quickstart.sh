@@ -9,7 +9,8 @@
 #           the sparse path below 30 non-zeros per token of 2048 (1.5%; the default, 40/5632 of d_ff, is tuned for
 #           d_ff 5632) and back above 45; the log says when.
 #   no GPU: says so and trains a tiny model with the float64 CPU reference instead (build/train_cpu, ~1-2 min).
-# usage: scripts/quickstart.sh            env: QS_SECONDS (GPU training time limit, default 180), QS_OUT (output dir)
+# usage: scripts/quickstart.sh            env: QS_SECONDS (GPU training time limit, default 180), QS_OUT (output dir),
+#                                         QS_FFN_PATH (auto, dense or sparse; default auto), QS_SKIP_INFER=1 (no infer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=data/starter
@@ -38,10 +39,10 @@ if [ $gpu = 1 ]; then
   ./build/train_gpt_relu --train "$DATA/brown_train_*.bin" --val "$DATA/brown_val_*.bin" \
       --preset small --vocab 50304 --d-model 512 --layers 8 --heads 8 --d-ff 2048 --max-seq 512 \
       --batch 8 --seq 512 --steps 800 --warmup 100 --lr 1e-3 --final-lr-frac 0.1 \
-      --l1 2e-4 --l1-warmup 100 --ffn-path auto --sparse-on 30 --sparse-off 45 --eval-every 100 --eval-batches 8 --sample-every 800 --sample-tokens 64 \
+      --l1 2e-4 --l1-warmup 100 --ffn-path "${QS_FFN_PATH:-auto}" --sparse-on 30 --sparse-off 45 --eval-every 100 --eval-batches 8 --sample-every 800 --sample-tokens 64 \
       --log-stats-every 100 --ckpt-every 0 --time-limit "$SECS" --out "$OUTDIR" "${tok[@]}"
   echo "quickstart: done. Log: $OUTDIR/train.log; checkpoint: $(ls -d "$OUTDIR"/ckpt_* | tail -1)"
-  if [ ${#tok[@]} -gt 0 ]; then
+  if [ ${#tok[@]} -gt 0 ] && [ "${QS_SKIP_INFER:-0}" != 1 ]; then
     make -j"$(nproc)" build/infer >/dev/null
     echo "quickstart: generating from the checkpoint (build/infer: KV cache, TwELL sparse FFN per layer):"
     ./build/infer --ckpt "$OUTDIR" "${tok[@]}" --prompt "The jury said that" --tokens 64 --temperature 0.8 --top-k 50 \

@@ -3,7 +3,8 @@
 #   bash dev/device/train_sparse.sh        (logs under $OUT, default /tmp/out; budget ~6 minutes)
 # 1. build  2. gpu_test_train_sparse (sparse vs dense training steps)  3. whole-step bench, dense vs sparse FFN in one
 # process, SYNTHETIC sparsity 29/token, 0.5B  4. the same at 1.5B  5. the quick start (needs data/starter and the
-# GPT-2 encoder) and build/infer --bench on its checkpoint, if time is left.
+# GPT-2 encoder) and build/infer --bench on its checkpoint, if time is left. CURVES=1: then the quick start's run
+# twice, FFN forced dense and auto, same seed, validation losses side by side.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/train_sparse.log") 2>&1
 t0=$(date +%s)
@@ -33,4 +34,14 @@ grep -E "val loss|-> sparse|-> dense|ffn memory|time limit|error|checkpoint|dens
 grep -E "^step +[0-9]+/" "$OUT/quickstart.txt" | awk 'NR%100==0' | tail -8
 grep -E "ffn layer" "$OUT/quickstart.txt" | tail -8
 else echo "skipping the quick start (time)"; fi
+if [ "${CURVES:-0}" = 1 ]; then  # issue 21: the quick start's run forced dense vs auto, same seed, val loss side by side
+  echo "== [$(el)s] loss curves: --ffn-path dense vs auto (same seed)"
+  for p in dense auto; do
+    QS_FFN_PATH=$p QS_SKIP_INFER=1 QS_SECONDS=${QS_SECONDS:-45} QS_OUT=/tmp/qs_$p timeout 150 bash scripts/quickstart.sh \
+      > "$OUT/curve_$p.txt" 2>&1; echo "$p rc=$?"
+  done
+  paste <(grep -E "val loss" "$OUT/curve_dense.txt") <(grep -E "val loss" "$OUT/curve_auto.txt" | sed 's/^/   auto: /')
+  paste <(grep -E "^step +[0-9]+/" "$OUT/curve_dense.txt" | awk 'NR%100==0' | cut -c1-40) \
+        <(grep -E "^step +[0-9]+/" "$OUT/curve_auto.txt" | awk 'NR%100==0' | cut -c1-80)
+fi
 echo "== [$(el)s] done"

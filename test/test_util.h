@@ -11,6 +11,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dataloader/shard.h"
+#include "rng.h"
+
+// A synthetic training shard of ntok tokens in [0, V): a noisy repeating pattern (learnable, so a loss moves: token
+// i is (7 i + (i / 13) % 5) mod V, one in ten replaced by a random offset from rng). 0 on success, else -1 with err.
+static inline int test_write_pattern_shard(const char *path, int ntok, int V, Rng *rng, char *err, size_t n) {
+    int32_t *t = (int32_t *)malloc((size_t)ntok * sizeof(int32_t));
+    if (!t) { snprintf(err, n, "out of memory"); return -1; }
+    for (int i = 0; i < ntok; i++)
+        t[i] = (int32_t)((i * 7 + (i / 13) % 5 + (rng_below(rng, 10) == 0 ? (int)rng_below(rng, V) : 0)) % V);
+    const int rc = shard_write(path, t, ntok, 2, err, n);
+    free(t);
+    return rc;
+}
+
 // Relative Frobenius error ||x - ref|| / ||ref|| of a float result against a float64 reference;
 // infinity if x holds a NaN or an infinity (an unwritten or poisoned element).
 static inline double rel_err_f32(const float *x, const double *ref, size_t n) {

@@ -278,14 +278,10 @@ static void test_resume_bit_exact(void **state) {
     if (access(bin, X_OK) != 0) { printf("  %s not built: skipping\n", bin); skip(); }
     char dir[] = "/tmp/sllm_resume_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    // synthetic shard: 40000 tokens of a noisy repeating pattern (learnable, so the loss moves)
-    const int ntok = 40000, V = 512;
-    int32_t *t = (int32_t *)sllm_malloc(ntok * 4);
-    for (int i = 0; i < ntok; i++) t[i] = (int32_t)((i * 7 + (i / 13) % 5 + (rng_below(&g_rng, 10) == 0 ? (int)rng_below(&g_rng, V) : 0)) % V);
+    const int V = 512;
     char shard[512], err[256];
     snprintf(shard, sizeof shard, "%s/syn_train_000000.bin", dir);
-    assert_int_equal(shard_write(shard, t, ntok, 2, err, sizeof err), 0);
-    free(t);
+    assert_int_equal(test_write_pattern_shard(shard, 40000, V, &g_rng, err, sizeof err), 0);
     char common[2048], cmd[4096];
     snprintf(common, sizeof common,
              "%s --train %s --preset test --vocab %d --d-model 64 --heads 2 --layers 2 --d-ff 128 "

@@ -30,6 +30,7 @@ extern "C" {
 #include "dataloader/shard.h"
 #include "gpu_harness.h"
 #include "rng.h"
+#include "test_util.h"
 
 #define MAXL 128
 
@@ -110,14 +111,10 @@ static void test_dist_loss_curves(void **state) {
     assert_non_null(mkdtemp(dir));
     Rng rng;
     rng_seed(&rng, 20240611);
-    const int ntok = 80000, V = 512;
-    int32_t *t = (int32_t *)sllm_malloc(ntok * 4);
-    for (int i = 0; i < ntok; i++)
-        t[i] = (int32_t)((i * 7 + (i / 13) % 5 + (rng_below(&rng, 10) == 0 ? (int)rng_below(&rng, V) : 0)) % V);
+    const int V = 512;
     char shard[512], err[256];
     snprintf(shard, sizeof shard, "%s/syn_train_000000.bin", dir);
-    assert_int_equal(shard_write(shard, t, ntok, 2, err, sizeof err), 0);
-    free(t);
+    assert_int_equal(test_write_pattern_shard(shard, 80000, V, &rng, err, sizeof err), 0);
     char common[2048], cmd[4096];
     snprintf(common, sizeof common,
              "%s --train %s --preset test --vocab %d --d-model 64 --heads 2 --layers 2 --d-ff 128 --max-seq 64 "

@@ -2,7 +2,8 @@
 #   make            the product: CUDA binaries (train_gpt_relu, infer) and the CPU tools (tokenize, encode,
 #                   train_cpu, ref_export)
 #   make test       build and run the tests: the include-graph check, the two-unit link check, the CPU tests, and
-#                   the GPU tests when a GPU is visible (built either way)
+#                   the GPU tests when a GPU is visible (built either way); builds the benchmarks too, whose
+#                   command lines test_cli checks
 #   make bench      the benchmarks of dev/bench
 #   make clean
 # Options: GPU_ARCH (default Hopper sm_90a), NO_MPI=1, NO_NCCL=1, NVCC, CC.
@@ -146,7 +147,9 @@ $(CUDA_BINS) $(GPU_TESTS) $(BENCHES) $(LINK_CHECK): $(CUDA_HEADERS)
 include-graph:
 	@bash scripts/include_graph.sh
 
-test: include-graph all tests-cpu tests-gpu
+# bench too: test_cli runs every binary, the benchmarks included, with bad command lines (a stale benchmark would
+# fail it).
+test: include-graph all bench tests-cpu tests-gpu
 	@bash test/run_tests.sh $(CPU_TESTS) -- $(GPU_TESTS)
 
 clean:

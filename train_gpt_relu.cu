@@ -241,6 +241,9 @@ typedef struct {
     GradReducer *red;
 } DistHooks;
 static void hook_grad_ready(void *ctx, int b, cudaStream_t s) { grad_reducer_ready(((DistHooks *)ctx)->red, b, s); }
+static int hook_embed_lookup(void *ctx, float *dE, const bf16 *dout, const int *table, int N, int D, cudaStream_t s) {
+    return grad_reducer_embed_lookup(((DistHooks *)ctx)->red, dE, dout, table, N, D, s);
+}
 static void hook_sum_f32(void *ctx, float *p, size_t n, cudaStream_t s) { dist_allreduce_sum_f32(((DistHooks *)ctx)->d, p, n, s); }
 static void hook_sum_u64(void *ctx, unsigned long long *p, size_t n, cudaStream_t s) {
     dist_allreduce_sum_u64(((DistHooks *)ctx)->d, p, n, s);
@@ -482,9 +485,13 @@ static int run_main(int argc, char **argv) {
     const TrainConfig tcfg = {o.schedule, o.steps, o.warmup, o.lr, o.final_lr_frac, o.wd, o.beta1, o.beta2, o.eps,
                               o.grad_clip, B, T, o.total_batch, d.world, cfg.l1_lambda, cfg.rope_theta, o.seed};
     if (resume_step >= 0) {  // the same run, or an explicitly allowed change
-        int rc = train_config_check(resume_dir, &tcfg, o.allow_config_change, err, sizeof err);
+        char layout[512];
+        int rc = train_config_check(resume_dir, &tcfg, o.allow_config_change, err, sizeof err, layout, sizeof layout);
         if (rc < 0) SLLM_FATAL("%s", err);
         if (rc > 0) printf("resume: configuration changed (%s): %s\n", TRAIN_CONFIG_ALLOW_FLAG, err);
+        if (layout[0] && d.rank == 0)
+            printf("resume: batch layout changed (%s): the optimizer shards are re-cut, the global batch is the same; "
+                   "the run continues within bf16 noise, not bit-exactly\n", layout);
         if (d.rank == 0 && logger_truncate_metrics(o.out, resume_step, err, sizeof err) < 0) SLLM_FATAL("%s", err);
     }
 
@@ -569,10 +576,12 @@ static int run_main(int argc, char **argv) {
     GradReducer red;
     grad_reducer_init(&red, &d, model.grads, model.lay.total, reduce_mode);
     grad_reducer_add_layer_buckets(&red, &model.lay, cfg.n_layer);
+    grad_reducer_init_embed(&red, B * T, cfg.d_model);
     DistHooks hooks = {&d, &red};
     model.dist.ctx = &hooks;
     model.dist.world = d.world;
     model.dist.grad_ready = hook_grad_ready;
+    model.dist.embed_lookup = hook_embed_lookup;
     model.dist.sum_f32 = hook_sum_f32;
     model.dist.sum_u64 = hook_sum_u64;
     model.dist.max_u8 = hook_max_u8;
@@ -628,10 +637,11 @@ static int run_main(int argc, char **argv) {
     const float dloss = 1.0f / (float)((double)B * T * accum * d.world);
     const float l1_coef = (float)(cfg.l1_lambda / ((double)L * B * T * accum * d.world));
     if (d.world > 1)
-        logger_printf(&lg, "data parallel: %d ranks, gradient %s in %d buckets overlapped with the backward%s; ZeRO-1 "
-                           "optimizer shards of %zu params\n", d.world,
-                      reduce_mode == GRAD_ALLREDUCE ? "all-reduce" : "reduce-to-owner", red.nb,
-                      o.no_reduce ? " (OFF: --debug-no-reduce)" : "", (size_t)zero.stride);
+        logger_printf(&lg, "data parallel: %d ranks, gradient %s in %d buckets overlapped with the backward%s, the "
+                           "embedding lookup's gradient all-gathered (%.1f MiB); ZeRO-1 optimizer shards of %zu params\n",
+                      d.world, reduce_mode == GRAD_ALLREDUCE ? "all-reduce" : "reduce-to-owner", red.nb,
+                      o.no_reduce ? " (OFF: --debug-no-reduce)" : "",
+                      grad_reducer_embed_bytes(d.world, B * T, cfg.d_model) / 1048576.0, (size_t)zero.stride);
     SparseSwitch *sw_ev = (SparseSwitch *)sllm_calloc(L, sizeof(SparseSwitch));
     unsigned long long *sp_counts_dev = NULL;  // the per-layer FFN counts, summed across ranks (world > 1)
     if (d.world > 1 && model.sp.mode != FFN_PATH_DENSE)

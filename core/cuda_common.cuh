@@ -13,11 +13,18 @@
 
 typedef __nv_bfloat16 bf16;
 
+// A multi-GPU run installs a handler (core/dist.cuh) through which a failed CUDA call names the rank, says what
+// the other ranks were doing, and ends every rank; it does not return. NULL: print and exit(1).
+static void (*g_cuda_error_handler)(const char *msg) = NULL;
+
 static inline void cuda_check_at(cudaError_t e, const char *what, const char *file, int line) {
     if (e != cudaSuccess) {
         fflush(stdout);
-        fprintf(stderr, "error: CUDA call failed: %s\n  -> %s (%s)\n  (at %s:%d)\n", what, cudaGetErrorString(e),
-                cudaGetErrorName(e), file, line);
+        char msg[768];
+        snprintf(msg, sizeof msg, "CUDA call failed: %s\n  -> %s (%s)\n  (at %s:%d)", what, cudaGetErrorString(e),
+                 cudaGetErrorName(e), file, line);
+        if (g_cuda_error_handler) g_cuda_error_handler(msg);
+        fprintf(stderr, "error: %s\n", msg);
         exit(1);
     }
 }

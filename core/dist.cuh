@@ -68,7 +68,7 @@ typedef struct {
 
 typedef struct {
     cudaEvent_t ev;
-    double deadline;
+    double issued, deadline;
     unsigned long long seq;
     char what[48];
 } DistPending;
@@ -192,7 +192,8 @@ static void dist_track(Dist *d, const char *what, double timeout_s) {
     int slot = (d->head + d->count) % DIST_MAX_PENDING;
     DistPending *p = &d->pend[slot];
     p->ev = d->pool[slot];
-    p->deadline = sllm_time_s() + (timeout_s > 0 ? timeout_s : d->timeout_s);
+    p->issued = sllm_time_s();
+    p->deadline = p->issued + (timeout_s > 0 ? timeout_s : d->timeout_s);
     p->seq = d->seq;
     snprintf(p->what, sizeof p->what, "%s", what);
     distCuda(d, cudaEventRecord(p->ev, d->comm_stream));
@@ -224,6 +225,26 @@ static void *dist_watchdog_main(void *arg) {
 #endif
     }
     return NULL;
+}
+
+// A failed CUDA call anywhere in a multi-rank process (cudaCheck) ends it through dist_die: the message names the
+// rank and the oldest collective still in flight. A peer that dies while a collective runs can take with it the
+// memory NCCL mapped from it into this process, and the NCCL kernel here then faults (cudaErrorIllegalAddress)
+// before the deadline: the message says so, rather than leaving a bare CUDA error.
+static Dist *g_dist_for_cuda_errors = NULL;
+static void dist_cuda_error_handler(const char *msg) {
+    Dist *d = g_dist_for_cuda_errors;
+    char pend[160] = "no collective in flight";
+    if (d && pthread_mutex_trylock(&d->mu) == 0) {  // the watchdog may hold it; then without this detail
+        if (d->count > 0) {
+            const DistPending *p = &d->pend[d->head];
+            snprintf(pend, sizeof pend, "collective '%s' (#%llu) in flight for %.1f s", p->what, p->seq,
+                     sllm_time_s() - p->issued);
+        }
+        pthread_mutex_unlock(&d->mu);
+    }
+    dist_die(d, "%s\n  %s; in a multi-GPU run a CUDA fault during a collective usually means a peer rank died "
+                "(see the other ranks' first error); ending every rank", msg, pend);
 }
 
 // ---- stream ordering ------------------------------------------------------------------------------------------
@@ -392,6 +413,8 @@ static void dist_init(Dist *d, const DistOptions *o) {
                  d->comm ? ncclGetLastError(d->comm) : "");
     // exit() from any thread (e.g. main returning after a host wait that the abort released) waits for dist_die
     atexit(dist_park_if_dying);
+    g_dist_for_cuda_errors = d;
+    g_cuda_error_handler = dist_cuda_error_handler;
     if (pthread_create(&d->watchdog, NULL, dist_watchdog_main, d) != 0) dist_die(d, "cannot start the watchdog thread");
     d->watchdog_on = 1;
     // Everyone has read the id: the rendezvous file is no longer needed (a leftover would only mislead a later job).

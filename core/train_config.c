@@ -8,13 +8,17 @@
 
 #include "common.h"
 
-typedef struct { const char *key; int kind; size_t off; } Field;  // kind: 0 int, 1 float, 2 string, 3 u64
-#define F_INT(k) {#k, 0, offsetof(TrainConfig, k)}
-#define F_FLT(k) {#k, 1, offsetof(TrainConfig, k)}
+// kind: 0 int, 1 float, 2 string, 3 u64. layout: how the global batch is laid out over ranks and micro-steps
+// (world size, per-rank batch); a change there keeps the run (same global batch, the optimizer shards re-cut) and
+// is reported, not refused.
+typedef struct { const char *key; int kind; size_t off; int layout; } Field;
+#define F_INT(k) {#k, 0, offsetof(TrainConfig, k), 0}
+#define F_FLT(k) {#k, 1, offsetof(TrainConfig, k), 0}
+#define F_LAYOUT(k) {#k, 0, offsetof(TrainConfig, k), 1}
 static const Field FIELDS[] = {
-    {"schedule", 2, offsetof(TrainConfig, schedule)}, F_INT(steps), F_INT(warmup), F_FLT(lr), F_FLT(final_lr_frac),
-    F_FLT(wd), F_FLT(beta1), F_FLT(beta2), F_FLT(eps), F_FLT(grad_clip), F_INT(batch), F_INT(seq), F_INT(total_batch),
-    F_INT(world), F_FLT(l1), F_FLT(rope_theta), {"seed", 3, offsetof(TrainConfig, seed)},
+    {"schedule", 2, offsetof(TrainConfig, schedule), 0}, F_INT(steps), F_INT(warmup), F_FLT(lr), F_FLT(final_lr_frac),
+    F_FLT(wd), F_FLT(beta1), F_FLT(beta2), F_FLT(eps), F_FLT(grad_clip), F_LAYOUT(batch), F_INT(seq),
+    F_INT(total_batch), F_LAYOUT(world), F_FLT(l1), F_FLT(rope_theta), {"seed", 3, offsetof(TrainConfig, seed), 0},
 };
 #define N_FIELDS (sizeof FIELDS / sizeof FIELDS[0])
 
@@ -39,12 +43,13 @@ char *train_config_json(const TrainConfig *tc) {
     return s;
 }
 
-int train_config_diff(const char *saved_json, const TrainConfig *tc, char *diff, size_t n) {
+int train_config_diff(const char *saved_json, const TrainConfig *tc, char *diff, size_t n, char *layout, size_t ln) {
     cJSON *o = cJSON_Parse(saved_json);
     if (!cJSON_IsObject(o)) { cJSON_Delete(o); snprintf(diff, n, "not a JSON object"); return -1; }
-    int count = 0;
-    size_t len = 0;
+    int count = 0, nlayout = 0;
+    size_t len = 0, llen = 0;
     diff[0] = 0;
+    if (layout && ln) layout[0] = 0;
     for (size_t i = 0; i < N_FIELDS; i++) {
         const char *p = (const char *)tc + FIELDS[i].off;
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, FIELDS[i].key);
@@ -70,6 +75,12 @@ int train_config_diff(const char *saved_json, const TrainConfig *tc, char *diff,
             }
         }
         if (same) continue;
+        if (FIELDS[i].layout && cJSON_IsNumber(v)) {
+            if (layout && llen < ln)
+                llen += (size_t)snprintf(layout + llen, ln - llen, "%s%s %s -> %s", nlayout ? ", " : "", FIELDS[i].key, saved, cur);
+            nlayout++;
+            continue;
+        }
         if (len < n) len += (size_t)snprintf(diff + len, n - len, "%s%s %s -> %s", count ? ", " : "", FIELDS[i].key, saved, cur);
         count++;
     }
@@ -77,20 +88,22 @@ int train_config_diff(const char *saved_json, const TrainConfig *tc, char *diff,
     return count;
 }
 
-int train_config_check(const char *ckpt_dir, const TrainConfig *tc, int allow_change, char *err, size_t n) {
+int train_config_check(const char *ckpt_dir, const TrainConfig *tc, int allow_change, char *err, size_t n,
+                       char *layout, size_t ln) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", ckpt_dir, TRAIN_CONFIG_FILE);
     size_t size;
     const char *rerr = NULL;
     char *txt = sllm_read_file(path, &size, &rerr);
     if (!txt) {
+        if (layout && ln) layout[0] = 0;
         if (allow_change) { snprintf(err, n, "%s missing (%s): configuration not checked", path, rerr); return 1; }
         snprintf(err, n, "resume: %s missing (%s), so the run configuration cannot be checked; pass %s to resume anyway",
                  path, rerr, TRAIN_CONFIG_ALLOW_FLAG);
         return -1;
     }
     char diff[2048];
-    int k = train_config_diff(txt, tc, diff, sizeof diff);
+    int k = train_config_diff(txt, tc, diff, sizeof diff, layout, ln);
     free(txt);
     if (k < 0) { snprintf(err, n, "resume: %s: %s", path, diff); return -1; }
     if (k == 0) return 0;

@@ -5,7 +5,8 @@
 // weights and AdamW m, v ONLY for its range: 12 B/param / world (Zero1.opt), instead of 12 B/param.
 //
 // Gradient reduction (GradReducer): the backward registers buckets, each a list of (offset, count) pieces of the
-// flat buffer (per-layer gradients are not contiguous: tensors of one kind are stacked over layers). On the last
+// flat buffer (per-layer gradients are not contiguous: tensors of one kind are stacked over layers); the model's
+// buckets are those of core/grad_buckets.h, its embedding lookup part through grad_reducer_embed_lookup. On the last
 // micro-step of an optimizer step the trainer calls grad_reducer_ready(bucket) right after enqueuing the backward
 // work that finishes that bucket: an event on the compute stream, the comm stream waits on it and reduces the
 // bucket's pieces (one NCCL group) while the compute stream goes on with the next layer. grad_reducer_finish
@@ -44,7 +45,9 @@
 #include "adamw.cuh"
 #include "config.h"
 #include "dist.cuh"
+#include "embedding.cuh"
 #include "global_norm.cuh"
+#include "grad_buckets.h"
 #include "shard_range.h"
 
 // ---- bucketed gradient reduction ------------------------------------------------------------------------------
@@ -67,6 +70,9 @@ typedef struct {
     int np, cap;
     unsigned char done[GRAD_MAX_BUCKETS];
     int active;                           // reducing this backward (last micro-step)
+    bf16 *emb_dout;                       // grad_reducer_embed_lookup: world x [N, D], then world x [3N+2] ints
+    int *emb_table;
+    int emb_N, emb_D;
     unsigned long long reductions;        // buckets reduced since init (statistics)
 } GradReducer;
 
@@ -74,7 +80,11 @@ static void grad_reducer_init(GradReducer *r, Dist *d, float *grads, size_t tota
     memset(r, 0, sizeof *r);
     r->d = d; r->grads = grads; r->total = total; r->mode = mode;
 }
-static void grad_reducer_free(GradReducer *r) { free(r->pieces); memset(r, 0, sizeof *r); }
+static void grad_reducer_free(GradReducer *r) {
+    free(r->pieces);
+    if (r->emb_dout) cudaFree(r->emb_dout);
+    memset(r, 0, sizeof *r);
+}
 
 // Registers a bucket of n pieces; returns its id (0, 1, ... in registration order).
 static int grad_reducer_add_bucket(GradReducer *r, const GradPiece *p, int n) {
@@ -118,24 +128,10 @@ static void grad_reducer_validate(GradReducer *r) {
     free(s);
 }
 
-// The model's buckets, in the order its backward completes them: bucket l (l = 0..L-1) = every per-layer tensor's
-// slice of layer l (layer L-1's bucket also holds the final norm, whose gradient is written first); bucket L = the
-// embedding (complete only after embedding_backward, the last kernel of the backward) and any other whole tensor.
-// Call grad_reducer_ready(r, l) after the backward of layer l, and grad_reducer_ready(r, L) after the embedding.
+// The model's buckets (core/grad_buckets.h): bucket 0 the embedding and other whole tensors, then per layer l from
+// L-1 down to 0 its FFN bucket and its attention bucket.
 static void grad_reducer_add_layer_buckets(GradReducer *r, const ParamLayout *lay, int n_layer) {
     GradPiece p[NUM_PARAM_KINDS + 1];
-    for (int l = 0; l < n_layer; l++) {
-        int n = 0;
-        for (int k = 0; k < NUM_PARAM_KINDS; k++) {
-            const ParamTensor *t = &lay->t[k];
-            if (!t->numel || !t->per_layer) continue;
-            p[n].offset = t->offset + (size_t)l * t->rows * t->cols;
-            p[n++].count = t->rows * t->cols;
-        }
-        if (l == n_layer - 1 && lay->t[PARAM_FINAL_NORM].numel)
-            p[n].offset = lay->t[PARAM_FINAL_NORM].offset, p[n++].count = lay->t[PARAM_FINAL_NORM].numel;
-        grad_reducer_add_bucket(r, p, n);
-    }
     int n = 0;
     for (int k = 0; k < NUM_PARAM_KINDS; k++) {
         const ParamTensor *t = &lay->t[k];
@@ -143,8 +139,69 @@ static void grad_reducer_add_layer_buckets(GradReducer *r, const ParamLayout *la
         p[n].offset = t->offset;
         p[n++].count = t->numel;
     }
-    grad_reducer_add_bucket(r, p, n);
+    DIST_CHECK(r->d, grad_reducer_add_bucket(r, p, n) == grad_bucket_embed(), "grad_reducer: bucket order");
+    for (int l = n_layer - 1; l >= 0; l--) {
+        for (int ffn = 1; ffn >= 0; ffn--) {
+            n = 0;
+            for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+                const ParamTensor *t = &lay->t[k];
+                if (!t->numel || !t->per_layer || grad_bucket_kind_is_ffn(k) != ffn) continue;
+                p[n].offset = t->offset + (size_t)l * t->rows * t->cols;
+                p[n++].count = t->rows * t->cols;
+            }
+            if (ffn && l == n_layer - 1 && lay->t[PARAM_FINAL_NORM].numel)
+                p[n].offset = lay->t[PARAM_FINAL_NORM].offset, p[n++].count = lay->t[PARAM_FINAL_NORM].numel;
+            const int want = ffn ? grad_bucket_ffn(n_layer, l) : grad_bucket_attn(n_layer, l);
+            DIST_CHECK(r->d, grad_reducer_add_bucket(r, p, n) == want, "grad_reducer: bucket order");
+        }
+    }
+    DIST_CHECK(r->d, r->nb == grad_bucket_count(n_layer), "grad_reducer: %d buckets, expected %d", r->nb,
+               grad_bucket_count(n_layer));
     grad_reducer_validate(r);
+}
+
+// The token lookup's part of the embedding gradient on a reducing micro-step (core/grad_buckets.h, bucket 0):
+// instead of reducing the [V, D] table a second time, every rank's lookup gradient dout [N, D] bf16 and its
+// bucket table (core/embedding.cuh, 3N+2 ints) are all-gathered, and each rank adds all of them into its dE with
+// the embedding's own backward kernel, rank 0's first: the same sums in the same order on every rank. Buffers:
+// world * (2ND + 4(3N+2)) bytes, allocated here (grad_reducer_embed_bytes to report them).
+static size_t grad_reducer_embed_bytes(int world, int N, int D) {
+    return world > 1 ? (size_t)world * ((size_t)N * D * 2 + (3 * (size_t)N + 2) * 4) : 0;
+}
+static void grad_reducer_init_embed(GradReducer *r, int N, int D) {
+    r->emb_N = N;
+    r->emb_D = D;
+    const size_t bytes = grad_reducer_embed_bytes(r->d->world, N, D);
+    if (!bytes) return;
+    distCuda(r->d, cudaMalloc((void **)&r->emb_dout, bytes));
+    r->emb_table = (int *)(r->emb_dout + (size_t)r->d->world * N * D);
+}
+// Returns 1 when it added the lookup gradient (a reducing micro-step with world > 1), 0 when the caller adds it
+// locally (embedding_backward; it is then reduced with bucket 0 on the reducing micro-step).
+static int grad_reducer_embed_lookup(GradReducer *r, float *dE, const bf16 *dout, const int *table, int N, int D,
+                                     cudaStream_t compute) {
+    Dist *d = r->d;
+    if (!r->active || d->world == 1) return 0;
+    DIST_CHECK(d, r->emb_dout && N == r->emb_N && D == r->emb_D, "grad_reducer_embed_lookup: N %d D %d, buffers for "
+               "N %d D %d (grad_reducer_init_embed)", N, D, r->emb_N, r->emb_D);
+    DIST_CHECK(d, r->done[grad_bucket_embed()], "grad_reducer_embed_lookup before bucket 0 was reduced: the lookup "
+               "gradient would be summed twice");
+#ifdef SLLM_HAVE_NCCL
+    const size_t tab = 3 * (size_t)N + 2;
+    dist_comm_wait(d, compute);
+    distNccl(d, ncclGroupStart());
+    distNccl(d, ncclAllGather(dout, r->emb_dout, (size_t)N * D, ncclBfloat16, d->comm, d->comm_stream));
+    distNccl(d, ncclAllGather(table, r->emb_table, tab, ncclInt32, d->comm, d->comm_stream));
+    distNccl(d, ncclGroupEnd());
+    dist_track(d, "embedding lookup gradients", 0);
+    dist_comm_join(d, compute);  // also after bucket 0's reduction, which reads and writes dE
+    for (int q = 0; q < d->world; q++)  // N blocks: an upper bound of each rank's distinct tokens
+        embedding_backward(dE, r->emb_dout + (size_t)q * N * D, r->emb_table + (size_t)q * tab, N, D, compute);
+    return 1;
+#else
+    (void)dE; (void)dout; (void)table; (void)compute;
+    dist_die(d, "grad_reducer_embed_lookup: world %d without NCCL", d->world);
+#endif
 }
 
 // Start of a backward: reduce = 1 on the last micro-step of the optimizer step.

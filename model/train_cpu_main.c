@@ -116,9 +116,11 @@ int main(int argc, char **argv) {
         }
     }
     if (resume_dir[0]) {
-        int rc = train_config_check(resume_dir, &tc, allow_change, err, sizeof err);
+        char layout[512];
+        int rc = train_config_check(resume_dir, &tc, allow_change, err, sizeof err, layout, sizeof layout);
         if (rc < 0) SLLM_FATAL("%s", err);
         if (rc > 0) printf("resume: configuration changed (%s): %s\n", TRAIN_CONFIG_ALLOW_FLAG, err);
+        if (layout[0]) printf("resume: batch layout changed (%s); same global batch, not bit-exact\n", layout);
         if (logger_truncate_metrics(out, start_step, err, sizeof err) < 0) SLLM_FATAL("%s", err);
     }
     Logger lg;

@@ -27,9 +27,9 @@
 //
 // Data parallel (train_gpt_relu.cu with core/dist.cuh, core/zero1.cuh): the model knows nothing of NCCL; the
 // trainer fills Model.dist (ModelDist) with callbacks. The backward calls dist.grad_ready(bucket) once the
-// gradients of a bucket are final (bucket l: layer l, after its attention-norm backward; layer L-1's bucket also
-// holds the final norm; bucket L: the embedding, after embedding_backward), so the reduction of layer l overlaps
-// the backward of layers l-1 .. 0. model_read_step / model_read_sparsity sum the step's statistics (CE, L1
+// gradients of a bucket are final (core/grad_buckets.h: the embedding's classifier part at the start, then each
+// layer's FFN and attention parts), so each reduction overlaps the rest of the backward; the last micro-step's
+// token-lookup part of the embedding gradient goes through dist.embed_lookup (all-gathered, not reduced again). model_read_step / model_read_sparsity sum the step's statistics (CE, L1
 // partials, non-zero counts; fired units by max) across ranks before reading them, so every rank sees the same
 // global values (and a per-layer dense/sparse decision taken from them is the same on every rank).
 // FFN path per layer (model/sparse_ffn.cuh, model_create_ex's SparseFFNOptions): dense (block_ffn_dense) or sparse
@@ -50,6 +50,7 @@
 #include "embedding.cuh"
 #include "ffn.cuh"
 #include "global_norm.cuh"
+#include "grad_buckets.h"
 #include "kernel_utils.cuh"
 #include "matmul.cuh"
 #include "rmsnorm.cuh"
@@ -72,6 +73,9 @@ typedef struct {
     void *ctx;
     int world;  // ranks (statistics per token divide by world * local tokens)
     void (*grad_ready)(void *ctx, int bucket, cudaStream_t s);
+    // Adds the token-lookup gradient (dout [N, D], bucket table) of every rank into dE and returns 1, or returns 0
+    // and the model adds its own (embedding_backward). Required with grad_ready.
+    int (*embed_lookup)(void *ctx, float *dE, const bf16 *dout, const int *table, int N, int D, cudaStream_t s);
     void (*sum_f32)(void *ctx, float *dev, size_t n, cudaStream_t s);
     void (*sum_u64)(void *ctx, unsigned long long *dev, size_t n, cudaStream_t s);
     void (*max_u8)(void *ctx, uint8_t *dev, size_t n, cudaStream_t s);
@@ -492,6 +496,9 @@ static inline void model_backward(Model *m, float l1_coef) {
     const float gb = m->grads_fresh ? 0.0f : 1.0f;  // beta of the weight-gradient GEMMs
     const int gacc = !m->grads_fresh;                 // norm gains: += (or =)
     cudaStream_t s = m->stream;
+    if (m->dist.grad_ready && !m->dist.embed_lookup)
+        SLLM_FATAL("model_backward: ModelDist.grad_ready without embed_lookup (the lookup gradient would not be reduced)");
+    model_grad_ready(m, grad_bucket_embed());  // the classifier's part of dE, written by the forward
     // final norm: dres = d(res[L]) from dlnf (in m->dln)
     model_mark(m, PH_B_FINAL_NORM);
     rmsnorm_backward_ex(m->dres, model_g(m, PARAM_FINAL_NORM, 0), m->norm_scratch, m->dln,
@@ -533,6 +540,7 @@ static inline void model_backward(Model *m, float l1_coef) {
         model_mark(m, PH_B_FFN_NORM);
         rmsnorm_backward_ex(m->dres, model_g(m, PARAM_FFN_NORM, l), m->norm_scratch, m->dln, xm,
                             model_w(m, PARAM_FFN_NORM, l), rstd2, N, D, 1, gacc, s);
+        model_grad_ready(m, grad_bucket_ffn(L, l));  // Wg, Wu, Wd, FFN norm of layer l (and the final norm)
         // ---- attention: xm = x + att Wo^T
         model_mark(m, PH_B_ATT_OUT);
         matmul(&m->mm, model_g(m, PARAM_WO, l), 1, m->dres, 1, att, 0, D, Q, N, 1.0f, gb, s);  // dWo
@@ -558,12 +566,13 @@ static inline void model_backward(Model *m, float l1_coef) {
         model_mark(m, PH_B_ATT_NORM);
         rmsnorm_backward_ex(m->dres, model_g(m, PARAM_ATTN_NORM, l), m->norm_scratch, m->dln, x,
                             model_w(m, PARAM_ATTN_NORM, l), rstd1, N, D, 1, gacc, s);
-        model_grad_ready(m, l);  // every gradient of layer l (and of the final norm) is final
+        model_grad_ready(m, grad_bucket_attn(L, l));  // Wq, Wk, Wv, Wo, attention norm of layer l
     }
     // the classifier's dE (forward) is already in place: the embedding gradient always adds
     model_mark(m, PH_B_EMBED);
-    embedding_backward(model_g(m, PARAM_EMBED, 0), m->dres, m->buckets, m->num_distinct, D, s);
-    model_grad_ready(m, L);
+    if (!m->dist.embed_lookup ||
+        !m->dist.embed_lookup(m->dist.ctx, model_g(m, PARAM_EMBED, 0), m->dres, m->buckets, N, D, s))
+        embedding_backward(model_g(m, PARAM_EMBED, 0), m->dres, m->buckets, m->num_distinct, D, s);
     m->grads_fresh = 0;
 }
 

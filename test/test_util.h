@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,6 +73,25 @@ static inline uint64_t test_seed(const char *name) {
     fflush(stdout);
     printed = 1;
     return seed;
+}
+
+// Runs a shell command, echoing it. When it fails and redirects its output ("> file"), the last lines of that
+// file are printed, so the test log shows why. Returns system()'s status.
+static inline int test_run_cmd(const char *cmd) {
+    printf("  $ %s\n", cmd);
+    fflush(stdout);
+    int rc = system(cmd);
+    const char *r = strstr(cmd, "> ");
+    if (rc != 0 && r) {
+        char log[512], tail[600];
+        if (sscanf(r + 2, "%511s", log) == 1) {
+            printf("  (exit status %d; the last lines of %s:)\n", rc, log);
+            fflush(stdout);
+            snprintf(tail, sizeof tail, "tail -n 15 '%s' | sed 's/^/    | /'", log);
+            if (system(tail) != 0) printf("    (cannot read it)\n");
+        }
+    }
+    return rc;
 }
 
 #endif  // SLLM_TEST_UTIL_H

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Multi-GPU checks of the trainer (issue 22) in one call on a machine with 2 or 4 GPUs. Run from this tree's root;
-# the lead's tree (the single-GPU trainer before data parallel) is expected at $OLD (default ../..) for the world-1
-# comparison. Logs under $OUT (8 files at most):
+# Multi-GPU checks of the trainer (issue 22) in one call on a machine with 2 or 4 GPUs. Run from this tree's root.
+# Optional: OLD=<tree> of an earlier trainer to compare world 1 against (skipped when unset). Logs under $OUT:
 #   main.log     everything below in order, with the elapsed time
 #   curves.txt   loss per step, 50 steps, same global batch: old trainer, 1, 2, 4 ranks (tiny preset, synthetic shard)
 #   bench.txt    0.5B, B 4 x T 2048 per GPU: tokens/ms and memory at 1/2/4 ranks, with --debug-no-reduce, old trainer
@@ -12,7 +11,7 @@
 #   build.log
 set -u
 OUT=${OUT:-/tmp/dist_out}; mkdir -p "$OUT"
-OLD=${OLD:-../..}
+OLD=${OLD:-}
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s]"; }
 exec > >(tee "$OUT/main.log") 2>&1
@@ -40,12 +39,15 @@ echo "mpirun: $(command -v mpirun || echo none); mpi.h: $(ls /usr/lib/x86_64-lin
 
 # ---- build: the essentials first (this tree and the old trainer in parallel)
 # (never a bare `wait` in this script: it would also wait for the tee above, which never ends: a deadlock)
-( cd "$OLD" && { [ -d .deps ] || bash scripts/deps_unpack.sh >/dev/null; } && make -j16 build/train_gpt_relu ) > "$OUT/build_old.txt" 2>&1 &
-oldpid=$!
+oldpid=
+if [ -n "$OLD" ]; then
+  ( cd "$OLD" && { [ -d .deps ] || bash scripts/deps_unpack.sh >/dev/null; } && make -j16 build/train_gpt_relu ) > "$OUT/build_old.txt" 2>&1 &
+  oldpid=$!
+fi
 make -j48 "${extra[@]}" build/train_gpt_relu build/gpu_test_train_dist build/gpu_test_train build/gpu_test_dist \
   build/test_rendezvous >> "$OUT/build.log" 2>&1 || { echo "BUILD FAILED"; grep -E 'error' "$OUT/build.log" | head -20; }
-wait $oldpid; cat "$OUT/build_old.txt" >> "$OUT/build.log"; rm -f "$OUT/build_old.txt"
-grep -E ' error|Error ' "$OUT/build.log" | head; ls -la build/train_gpt_relu "$OLD/build/train_gpt_relu"
+[ -n "$oldpid" ] && { wait $oldpid; cat "$OUT/build_old.txt" >> "$OUT/build.log"; rm -f "$OUT/build_old.txt"; }
+grep -E ' error|Error ' "$OUT/build.log" | head; ls -la build/train_gpt_relu ${OLD:+"$OLD/build/train_gpt_relu"}
 ldd build/train_gpt_relu | grep -E 'nccl|mpi'
 el; echo "build done"
 
@@ -68,7 +70,7 @@ COMMON="--train /tmp/syn/syn_train_*.bin --preset tiny --vocab 4096 --batch 4 --
 
 # ---- loss curves: old trainer (world 1, accum 4), new 1 / 2 / 4 ranks (accum 4 / 2 / 1)
 echo "== loss curves"; el
-"$OLD/build/train_gpt_relu" $COMMON --out /tmp/c_old > /tmp/c_old.txt 2>&1; echo "old rc=$?"
+[ -n "$OLD" ] && { "$OLD/build/train_gpt_relu" $COMMON --out /tmp/c_old > /tmp/c_old.txt 2>&1; echo "old rc=$?"; }
 $BIN $COMMON --out /tmp/c_w1 > /tmp/c_w1.txt 2>&1; echo "w1 rc=$?"
 bash scripts/run_dist.sh 2 $BIN $COMMON --out /tmp/c_w2 > /tmp/c_w2.txt 2>&1; echo "w2 rc=$?"
 [ "$NG" -ge 4 ] && { bash scripts/run_dist.sh 4 $BIN $COMMON --out /tmp/c_w4 > /tmp/c_w4.txt 2>&1; echo "w4 rc=$?"; }
@@ -102,18 +104,29 @@ cat "$OUT/curves.txt" | tail -4
 grep -h "data parallel\|dist:" /tmp/c_w2.txt /tmp/c_w4.txt 2>/dev/null | head -4
 el
 
-# ---- throughput, 0.5B, B 4 x T 2048 per GPU
+# ---- throughput, 0.5B, B 4 x T 2048 per GPU; peak memory per GPU sampled by nvidia-smi every 0.2 s
 echo "== bench"
-B05="--preset 0.5B --batch 4 --seq 2048 --bench 16"
+memwatch() { rm -f /tmp/mem.csv; nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 200 > /tmp/mem.csv & mwpid=$!; }
+memstop() { kill $mwpid 2>/dev/null; sleep 0.3
+  python3 -c "
+import collections; m = collections.defaultdict(int)
+for l in open('/tmp/mem.csv'):
+    p = l.split(',')
+    if len(p) == 2: m[int(p[0])] = max(m[int(p[0])], int(p[1]))
+print('   peak memory per GPU (nvidia-smi, MiB): ' + ', '.join('GPU%d %d' % (k, v) for k, v in sorted(m.items())))"; }
+B05="--preset 0.5B --batch 4 --seq 2048 --bench 24"
 {
-  echo "-- old trainer, 1 GPU"; "$OLD/build/train_gpt_relu" $B05 2>&1 | grep -E '^bench:|error'
-  echo "-- new, 1 rank"; $BIN $B05 2>&1 | grep -E '^bench:|error|optimizer shard'
+  [ -n "$OLD" ] && { echo "-- old trainer, 1 GPU"; "$OLD/build/train_gpt_relu" $B05 2>&1 | grep -E '^bench:|error'; }
+  echo "-- new, 1 rank"; memwatch; $BIN $B05 2>&1 | grep -E '^bench:|error|optimizer shard'; memstop
   for n in 2 4; do
     [ "$n" -gt "$NG" ] && continue
-    echo "-- new, $n ranks"; bash scripts/run_dist.sh $n $BIN $B05 2>&1 | grep -E '^bench:|error|optimizer shard|data parallel'
+    echo "-- new, $n ranks"; memwatch; bash scripts/run_dist.sh $n $BIN $B05 2>&1 | grep -E '^bench:|error|optimizer shard|data parallel'; memstop
     echo "-- new, $n ranks, --debug-no-reduce"; bash scripts/run_dist.sh $n $BIN $B05 --debug-no-reduce 2>&1 | grep -E '^bench:|error'
+    echo "-- new, $n ranks, --grad-reduce owner"; bash scripts/run_dist.sh $n $BIN $B05 --grad-reduce owner 2>&1 | grep -E '^bench:|error'
   done
-  [ "$NG" -ge 4 ] && { echo "-- new, 4 ranks, --grad-reduce owner"; bash scripts/run_dist.sh 4 $BIN $B05 --grad-reduce owner 2>&1 | grep -E '^bench:|error'; }
+  # the sparse FFN under data parallel: synthetic 29 non-zeros per token, the dispatch all-reduced across ranks
+  echo "-- new, 1 rank, SYNTHETIC sparse 29 nnz"; $BIN $B05 --synthetic-nnz 29 --ffn-path auto 2>&1 | grep -E '^bench:|error'
+  [ "$NG" -ge 4 ] && { echo "-- new, 4 ranks, SYNTHETIC sparse 29 nnz"; bash scripts/run_dist.sh 4 $BIN $B05 --synthetic-nnz 29 --ffn-path auto 2>&1 | grep -E '^bench:|error'; }
 } > "$OUT/bench.txt" 2>&1
 cat "$OUT/bench.txt"; el
 
@@ -134,7 +147,8 @@ echo "== fault"
   for i in $(seq 1 60); do kill -0 $p0 2>/dev/null || break; sleep 1; done
   wait $p0; rc=$?; echo "rank 0 exited with code $rc after $(python3 -c "import time; print('%.1f' % (time.time() - $t))") s"
   kill -9 $p0 2>/dev/null
-  echo "--- rank 0 log (last lines)"; tail -n 6 /tmp/kill0.txt
+  echo "--- rank 0 log (last step line, then every error line)"; grep '^step' /tmp/kill0.txt | tail -n 1
+  grep -v '^step' /tmp/kill0.txt | grep -A4 -i 'error' | head -20
 } > "$OUT/fault.txt" 2>&1
 cat "$OUT/fault.txt"; el
 

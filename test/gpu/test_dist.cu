@@ -8,6 +8,7 @@
 // Several ranks (2 GPUs visible: the test re-executes itself as 2 ranks with a file rendezvous; or launched
 // by scripts/run_dist.sh / mpirun, then every rank runs the checks itself):
 //   - allreduce sums (f32, u64), all_ok, broadcast of a string longer than the scratch buffer;
+//   - the embedding lookup's gradient all-gathered after the reduction of the embedding bucket, exactly;
 //   - the model's bucketed gradient reduction in both modes, overlapped with a compute stream that writes each
 //     bucket just before marking it ready (a missing event dependency would reduce stale values);
 //   - ZeRO-1 steps equal a single-rank AdamW on the summed gradient (bit-identical without clipping; with
@@ -31,6 +32,8 @@ extern "C" {
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <vector>
 
 #include "config.h"
 #include "gpu_harness.h"
@@ -249,22 +252,21 @@ static void check_model_buckets(Dist *d, GradReduceMode mode) {
     GradReducer red;
     grad_reducer_init(&red, d, grads, total, mode);
     grad_reducer_add_layer_buckets(&red, &lay, L);
-    CHECK(d, red.nb == L + 1, "%d buckets for %d layers", red.nb, L);
+    CHECK(d, red.nb == grad_bucket_count(L), "%d buckets for %d layers", red.nb, L);
     cudaStream_t s;
     cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     // a micro-step that does not reduce: gradients stay local
     cudaCheck(cudaMemcpyAsync(grads, gl, total * 4, cudaMemcpyHostToDevice, s));
     grad_reducer_begin(&red, 0);
-    for (int b = L; b >= 0; b--) grad_reducer_ready(&red, b == L ? L : b, s);
+    for (int b = red.nb - 1; b >= 0; b--) grad_reducer_ready(&red, b, s);
     grad_reducer_finish(&red, s);
     cudaCheck(cudaStreamSynchronize(s));
     cudaCheck(cudaMemcpy(out, grads, total * 4, cudaMemcpyDeviceToHost));
     CHECK(d, memcmp(out, gl, total * 4) == 0, "a non-reducing micro-step changed the gradients");
-    // the last micro-step: layers L-1 .. 0, then the embedding
+    // the last micro-step: the embedding, then per layer L-1 .. 0 its FFN and its attention bucket
     cudaCheck(cudaMemsetAsync(grads, 0xff, total * 4, s));
     grad_reducer_begin(&red, 1);
-    for (int k = 0; k <= L; k++) {
-        int b = k < L ? L - 1 - k : L;
+    for (int b = 0; b < red.nb; b++) {
         spin_kernel<<<1, 1, 0, s>>>(300000);
         for (int i = red.first[b]; i < red.first[b + 1]; i++)
             cudaCheck(cudaMemcpyAsync(grads + red.pieces[i].offset, gl + red.pieces[i].offset, red.pieces[i].count * 4,
@@ -288,6 +290,67 @@ static void check_model_buckets(Dist *d, GradReduceMode mode) {
         printf("    model buckets (%d layers, %zu params, %s): %s\n", L, total, mode ? "reduce-to-owner" : "allreduce",
                bad ? "FAILED" : "ok");
     cudaFreeHost(gl); free(out); cudaFree(grads); cudaStreamDestroy(s); grad_reducer_free(&red);
+}
+
+// The embedding lookup's gradient on a reducing micro-step (grad_reducer_embed_lookup): bucket 0 (the [V, D] table,
+// rank-independent base values) is reduced first, then every rank's lookup gradient (its own tokens and dout,
+// repeated tokens included) is all-gathered and added. Every rank must hold W * base + the lookups of all ranks,
+// exactly (dyadic values). World 1: the call declines (returns 0), the caller adds its own lookup.
+static void check_embed_lookup(Dist *d) {
+    const int N = 96, D = 24, V = 40, W = d->world;
+    const size_t tab = 3 * (size_t)N + 2, total = (size_t)V * D;
+    std::vector<int> toks((size_t)W * N), table(tab);
+    std::vector<float> dout_f((size_t)W * N * D), want(total), base(total), out(total);
+    for (int r = 0; r < W; r++)
+        for (int n = 0; n < N; n++) {
+            toks[(size_t)r * N + n] = (int)(mix64((uint64_t)n * 131 + (uint64_t)r * 7919) % (n < N / 2 ? 6 : V));
+            for (int c = 0; c < D; c++)
+                dout_f[((size_t)r * N + n) * D + c] = (float)((int)(mix64(((uint64_t)r * N + n) * D + c + 99) % 33) - 16) / 16.0f;
+        }
+    for (size_t i = 0; i < total; i++) base[i] = grad_val(i, 7), want[i] = (float)W * base[i];
+    for (int r = 0; r < W; r++)
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < D; c++) want[(size_t)toks[(size_t)r * N + n] * D + c] += dout_f[((size_t)r * N + n) * D + c];
+    std::vector<uint64_t> pairs(N);
+    embedding_build_buckets(table.data(), pairs.data(), toks.data() + (size_t)d->rank * N, N);
+    std::vector<bf16> dout_h((size_t)N * D);
+    for (size_t i = 0; i < dout_h.size(); i++) dout_h[i] = __float2bfloat16(dout_f[(size_t)d->rank * N * D + i]);
+    float *dE;
+    bf16 *dout;
+    int *table_d;
+    cudaCheck(cudaMalloc((void **)&dE, total * 4));
+    cudaCheck(cudaMalloc((void **)&dout, (size_t)N * D * 2));
+    cudaCheck(cudaMalloc((void **)&table_d, tab * 4));
+    cudaCheck(cudaMemcpy(dE, base.data(), total * 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dout, dout_h.data(), (size_t)N * D * 2, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(table_d, table.data(), tab * 4, cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    GradReducer red;
+    grad_reducer_init(&red, d, dE, total, GRAD_ALLREDUCE);
+    GradPiece all = {0, total};
+    grad_reducer_add_bucket(&red, &all, 1);
+    grad_reducer_validate(&red);
+    grad_reducer_init_embed(&red, N, D);
+    grad_reducer_begin(&red, 0);  // a micro-step that does not reduce: always declined
+    CHECK(d, grad_reducer_embed_lookup(&red, dE, dout, table_d, N, D, s) == 0, "lookup taken on a non-reducing step");
+    grad_reducer_begin(&red, 1);
+    spin_kernel<<<1, 1, 0, s>>>(300000);  // a missing dependency on the compute stream would show
+    grad_reducer_ready(&red, grad_bucket_embed(), s);
+    const int took = grad_reducer_embed_lookup(&red, dE, dout, table_d, N, D, s);
+    CHECK(d, took == (W > 1), "world %d: embed_lookup returned %d", W, took);
+    if (!took) embedding_backward(dE, dout, table_d, table[0], D, s);  // what the model does then
+    grad_reducer_finish(&red, s);
+    cudaCheck(cudaStreamSynchronize(s));
+    cudaCheck(cudaMemcpy(out.data(), dE, total * 4, cudaMemcpyDeviceToHost));
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < total; i++)
+        if (out[i] != want[i] && !bad++) first = i;
+    CHECK(d, bad == 0, "embedding lookup gradient (world %d): %zu of %zu wrong (first at %zu: %g, want %g)", W, bad,
+          total, first, bad ? out[first] : 0.0f, bad ? want[first] : 0.0f);
+    if (d->rank == 0) printf("    embedding lookup gradient, world %d (%s): %s\n", W, took ? "all-gathered" : "local",
+                             bad ? "FAILED" : "ok");
+    cudaFree(dE); cudaFree(dout); cudaFree(table_d); cudaStreamDestroy(s); grad_reducer_free(&red);
 }
 
 // Every rank writes its shard into rank 0's directory, then reads it back into a fresh Zero1.
@@ -320,6 +383,7 @@ static int run_rank_checks(Dist *d) {
     check_collectives(d);
     check_model_buckets(d, GRAD_ALLREDUCE);
     check_model_buckets(d, GRAD_REDUCE_TO_OWNER);
+    check_embed_lookup(d);
     check_zero1_steps(d, GRAD_ALLREDUCE, 1);
     check_zero1_steps(d, GRAD_REDUCE_TO_OWNER, 0);
     check_shard_files(d);
@@ -475,6 +539,7 @@ static void test_world1_collectives(void **state) {
     check_collectives(&d);  // sums over one rank: unchanged values
     check_model_buckets(&d, GRAD_ALLREDUCE);
     check_model_buckets(&d, GRAD_REDUCE_TO_OWNER);
+    check_embed_lookup(&d);
     dist_finalize(&d);
     assert_int_equal(g_fail, 0);
 }

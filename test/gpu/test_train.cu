@@ -250,12 +250,6 @@ static void test_adamw_steps(void **state) {
 }
 
 // ---- resume bit-exactness through the binary --------------------------------------------------------------
-static int run_cmd(const char *cmd) {
-    printf("  $ %s\n", cmd);
-    fflush(stdout);
-    int rc = system(cmd);
-    return rc;
-}
 // Reads metrics.log lines, dropping the " ms:..." timing field; returns the count (lines in *out, malloc'd).
 static int read_metrics(const char *path, char lines[][256], int max) {
     FILE *f = fopen(path, "r");
@@ -289,11 +283,11 @@ static void test_resume_bit_exact(void **state) {
              "--eval-every 0 --sample-every 0 --log-stats-every 5 --ckpt-every -1",
              bin, shard, V);
     snprintf(cmd, sizeof cmd, "%s --out %s/a > %s/a.txt 2>&1", common, dir, dir);
-    assert_int_equal(run_cmd(cmd), 0);
+    assert_int_equal(test_run_cmd(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s --out %s/b --stop-at 10 > %s/b1.txt 2>&1", common, dir, dir);
-    assert_int_equal(run_cmd(cmd), 0);
+    assert_int_equal(test_run_cmd(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s --out %s/b --resume > %s/b2.txt 2>&1", common, dir, dir);
-    assert_int_equal(run_cmd(cmd), 0);
+    assert_int_equal(test_run_cmd(cmd), 0);
     static char la[64][256], lb[64][256];
     char pa[600], pb[600];
     snprintf(pa, sizeof pa, "%s/a/metrics.log", dir);
@@ -314,7 +308,7 @@ static void test_resume_bit_exact(void **state) {
     printf("  loss %.4f -> %.4f\n", l0, l1);
     assert_true(l1 < l0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    run_cmd(cmd);
+    test_run_cmd(cmd);
 }
 
 int main(int argc, char **argv) {

@@ -40,11 +40,6 @@ static int visible_gpus(void) {
     return n;
 }
 
-static int run_cmd(const char *cmd) {
-    printf("  $ %s\n", cmd);
-    fflush(stdout);
-    return system(cmd);
-}
 
 // Step lines of metrics.log: "s:N loss:X ce:.. l1:.. norm:Y lr:.. ms:.."; text without the timing field in
 // lines[], and step, loss, norm parsed. Returns the number of step lines (all lines in *nall).
@@ -128,9 +123,9 @@ static void test_dist_loss_curves(void **state) {
     int n1, n2, n4, nr2, nx, a1, a2, a4, ar2, ax;
     // 1 rank (accum 4), 2 ranks (accum 2), 4 ranks (accum 1)
     snprintf(cmd, sizeof cmd, "%s --out %s/w1 > %s/w1.txt 2>&1", common, dir, dir);
-    assert_int_equal(run_cmd(cmd), 0);
+    assert_int_equal(test_run_cmd(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s 2 %s --out %s/w2 > %s/w2.txt 2>&1", launch, common, dir, dir);
-    assert_int_equal(run_cmd(cmd), 0);
+    assert_int_equal(test_run_cmd(cmd), 0);
     snprintf(p, sizeof p, "%s/w1/metrics.log", dir);
     n1 = read_metrics(p, l1, &a1, r1);
     snprintf(p, sizeof p, "%s/w2/metrics.log", dir);
@@ -139,7 +134,7 @@ static void test_dist_loss_curves(void **state) {
     int bad = compare_curves("1 vs 2 ranks", r1, n1, r2, n2);
     if (ngpu >= 4) {
         snprintf(cmd, sizeof cmd, "%s 4 %s --out %s/w4 > %s/w4.txt 2>&1", launch, common, dir, dir);
-        assert_int_equal(run_cmd(cmd), 0);
+        assert_int_equal(test_run_cmd(cmd), 0);
         snprintf(p, sizeof p, "%s/w4/metrics.log", dir);
         n4 = read_metrics(p, l4, &a4, r4);
         bad += compare_curves("1 vs 4 ranks", r1, n1, r4, n4);
@@ -148,15 +143,15 @@ static void test_dist_loss_curves(void **state) {
 
     // resume on 2 ranks: bit-exact continuation
     snprintf(cmd, sizeof cmd, "%s 2 %s --out %s/r2 --stop-at 10 > %s/r2a.txt 2>&1", launch, common, dir, dir);
-    assert_int_equal(run_cmd(cmd), 0);
+    assert_int_equal(test_run_cmd(cmd), 0);
     snprintf(cmd, sizeof cmd, "ls %s/r2/ckpt_00000010/", dir);
-    run_cmd(cmd);
+    test_run_cmd(cmd);
     snprintf(p, sizeof p, "%s/r2/ckpt_00000010/opt_rank00001.bin", dir);
     assert_int_equal(access(p, F_OK), 0);
     snprintf(cmd, sizeof cmd, "cp -r %s/r2 %s/rx", dir, dir);  // for the re-sharding run
-    assert_int_equal(run_cmd(cmd), 0);
+    assert_int_equal(test_run_cmd(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s 2 %s --out %s/r2 --resume > %s/r2b.txt 2>&1", launch, common, dir, dir);
-    assert_int_equal(run_cmd(cmd), 0);
+    assert_int_equal(test_run_cmd(cmd), 0);
     snprintf(p, sizeof p, "%s/r2/metrics.log", dir);
     nr2 = read_metrics(p, lr2, &ar2, rr2);
     printf("  2-rank straight: %d metric lines, 2-rank resumed: %d\n", a2, ar2);
@@ -169,13 +164,13 @@ static void test_dist_loss_curves(void **state) {
 
     // the 2-rank checkpoint resumed on 1 rank (optimizer shards re-cut)
     snprintf(cmd, sizeof cmd, "%s --out %s/rx --resume > %s/rx.txt 2>&1", common, dir, dir);
-    assert_int_equal(run_cmd(cmd), 0);
+    assert_int_equal(test_run_cmd(cmd), 0);
     snprintf(p, sizeof p, "%s/rx/metrics.log", dir);
     nx = read_metrics(p, lx, &ax, rx);
     bad += compare_curves("2 ranks, resumed on 1 rank at step 10", r2, n2, rx, nx);
     assert_int_equal(bad, 0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    run_cmd(cmd);
+    test_run_cmd(cmd);
 }
 
 int main(int argc, char **argv) {

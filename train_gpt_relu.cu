@@ -50,7 +50,8 @@ typedef struct {
     const char *train, *val, *preset, *init_from, *out, *tokenizer, *schedule;
     int batch, seq, total_batch, steps, warmup, eval_every, eval_batches, sample_every, sample_tokens, ckpt_every,
         resume, recompute, vocab, log_stats_every, bench, stop_at, d_model, n_layer, n_head, n_kv_head, head_dim,
-        d_ff, nongated, max_seq, time_limit, deterministic, profile, no_reduce, keep_last, allow_config_change;
+        d_ff, nongated, max_seq, time_limit, deterministic, profile, no_reduce, keep_last, allow_config_change,
+        dist_max_ctas;
     float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta, dist_timeout;
     const char *dist_init, *grad_reduce;
     unsigned long long seed;
@@ -77,7 +78,7 @@ static void options_defaults(Options *o) {
     o->recompute = 0; o->vocab = 0; o->log_stats_every = 10; o->bench = 0; o->stop_at = -1;
     o->lr = 1e-3f; o->final_lr_frac = 0.1f; o->wd = 0.1f; o->grad_clip = 1.0f; o->l1 = -1.0f;
     o->beta1 = 0.9f; o->beta2 = 0.95f; o->eps = 1e-8f; o->temperature = 1.0f; o->seed = 1337;
-    o->grad_reduce = "allreduce";
+    o->grad_reduce = "owner";
     o->ffn_path = "auto"; o->sparse_on = -1; o->sparse_off = -1; o->sparse_max_dense = -1;
 }
 
@@ -359,7 +360,8 @@ static int run_main(int argc, char **argv) {
         {"profile", 0, CLI_FLAG, &o.profile, "print the per-phase GPU time table in training too (every --log-stats-every steps)", 0, 0, 0},
         {"dist-init", 0, CLI_STRING, &o.dist_init, "multi-GPU rendezvous: mpi, file:///shared/path, tcp://host:port, env (MASTER_ADDR/PORT); default: mpi under mpirun, else $SLLM_DIST_INIT", 0, 0, 0},
         {"dist-timeout", 0, CLI_FLOAT, &o.dist_timeout, "seconds before a stuck collective ends every rank (default $SLLM_DIST_TIMEOUT or 120)", 1, 1e6, 0},
-        {"grad-reduce", 0, CLI_STRING, &o.grad_reduce, "gradient reduction: allreduce (default) or owner (reduce each piece to the rank owning its shard)", 0, 0, 0},
+        {"grad-reduce", 0, CLI_STRING, &o.grad_reduce, "gradient reduction: owner (default: each piece reduced to the rank owning its shard, the bytes of a reduce-scatter) or allreduce", 0, 0, 0},
+        {"dist-max-ctas", 0, CLI_INT, &o.dist_max_ctas, "NCCL CTAs (SMs) per collective, 0: NCCL's default (fewer leave more SMs to the backward the reduction overlaps)", 0, 64, 0},
         {"debug-no-reduce", 0, CLI_FLAG, &o.no_reduce, "debug/benchmark only: skip the gradient reduction (ranks diverge; shows the cost of the communication)", 0, 0, 0},
         {"ffn-path", 0, CLI_STRING, &o.ffn_path, "FFN path: auto (per layer: dense until sparse enough, with hysteresis), dense, sparse (TwELL, forced)", 0, 0, 0},
         {"ffn-lean", 0, CLI_FLAG, &o.ffn_lean, "auto path: dense FFN activations in a one-layer slot (dense layers recompute gate/up in backward): less memory", 0, 0, 0},
@@ -383,7 +385,7 @@ static int run_main(int argc, char **argv) {
 
     // ---- processes: rank, world, GPU, NCCL communicator (world 1: no NCCL)
     Dist d;
-    DistOptions dopt = {-1, -1, -1, o.dist_init, o.dist_timeout};
+    DistOptions dopt = {-1, -1, -1, o.dist_init, o.dist_timeout, o.dist_max_ctas};
     if (dopt.timeout_s <= 0 && getenv("SLLM_DIST_TIMEOUT")) {  // --dist-timeout's default, as strict as the option
         const char *env = getenv("SLLM_DIST_TIMEOUT");
         float t = 0;

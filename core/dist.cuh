@@ -64,6 +64,8 @@ typedef struct {
     const char *init;             // --dist-init; NULL: $SLLM_DIST_INIT, else mpi under mpirun, else "env" when
                                   // MASTER_ADDR is set
     double timeout_s;             // --dist-timeout; <= 0: DIST_DEFAULT_TIMEOUT_S
+    int max_ctas;                 // --dist-max-ctas: NCCL's CTAs (SMs) per collective, 0: NCCL's default. The
+                                  // gradient reduction runs beside the backward: fewer CTAs take fewer SMs from it
 } DistOptions;
 
 typedef struct {
@@ -77,6 +79,7 @@ typedef struct {
     int rank, world, local_rank, device;
     int use_mpi;        // MPI initialised by dist_init
     double timeout_s;   // default per-collective deadline
+    int max_ctas;       // NCCL CTAs per collective (0: NCCL's default)
     char host[64];
     char method[32];    // "single", "mpi", "file", "tcp"
 #ifdef SLLM_HAVE_NCCL
@@ -396,6 +399,11 @@ static void dist_init(Dist *d, const DistOptions *o) {
 
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;  // non-blocking: every call can be polled and aborted
+    if (o->max_ctas > 0) {
+        cfg.minCTAs = 1;
+        cfg.maxCTAs = o->max_ctas;
+    }
+    d->max_ctas = o->max_ctas;
     ncclResult_t r = ncclCommInitRankConfig(&d->comm, d->world, id, d->rank, &cfg);
     if (r == ncclInProgress) {
         const double t0 = sllm_time_s();
@@ -426,8 +434,10 @@ static void dist_init(Dist *d, const DistOptions *o) {
     }
     int ver = 0;
     ncclGetVersion(&ver);
-    dist_log0(d, "dist: %d ranks (%s rendezvous), NCCL %d.%d.%d, non-blocking communicator, collective deadline %.0f s\n",
-              d->world, d->method, ver / 10000, (ver / 100) % 100, ver % 100, d->timeout_s);
+    char ctas[48] = "NCCL's default CTAs";
+    if (d->max_ctas > 0) snprintf(ctas, sizeof ctas, "at most %d CTAs per collective", d->max_ctas);
+    dist_log0(d, "dist: %d ranks (%s rendezvous), NCCL %d.%d.%d, non-blocking communicator, collective deadline %.0f s, "
+                 "%s\n", d->world, d->method, ver / 10000, (ver / 100) % 100, ver % 100, d->timeout_s, ctas);
 #endif
 }
 

@@ -11,13 +11,13 @@
 // work that finishes that bucket: an event on the compute stream, the comm stream waits on it and reduces the
 // bucket's pieces (one NCCL group) while the compute stream goes on with the next layer. grad_reducer_finish
 // makes the compute stream wait for all reductions. Two modes, same downstream code:
-//   GRAD_ALLREDUCE (default)      ncclAllReduce of every piece: every rank ends with the full summed gradient.
-//                                 Works for any piece; costs 2x the bytes of a reduce-scatter.
-//   GRAD_REDUCE_TO_OWNER          each piece cut at shard boundaries, each part ncclReduce-d to the rank owning
-//                                 it (grouped): the reduce-scatter's traffic for pieces that do not line up with
-//                                 the shards; only the rank's own range is valid afterwards.
-// The ZeRO-1 step reads only the own range, so both modes give the same result. ALLREDUCE is the default because
-// it is NCCL's best-tuned path and leaves a full gradient for debugging; REDUCE_TO_OWNER halves the bytes moved.
+//   GRAD_REDUCE_TO_OWNER          (the trainer's default) each piece cut at shard boundaries, each part
+//                                 ncclReduce-d to the rank owning it (grouped): the reduce-scatter's traffic for
+//                                 pieces that do not line up with the shards; only the own range is valid after.
+//   GRAD_ALLREDUCE                ncclAllReduce of every piece: every rank ends with the full summed gradient
+//                                 (for debugging); 2x the bytes, and the NCCL kernels running beside the backward
+//                                 take that much more of the GPU from it.
+// The ZeRO-1 step reads only the own range, so both modes give the same result.
 // Gradients are summed, not averaged: the trainer's loss scale is 1/(tokens of the GLOBAL step), so the sum is
 // the gradient of the mean over all ranks' tokens. Gradient accumulation: grad_reducer_begin(r, reduce = last
 // micro-step); on the other micro-steps ready/finish do nothing.

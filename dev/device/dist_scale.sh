@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Data-parallel scaling of the 0.5B preset (issue 22) in one call on a 4-GPU machine: world 1 (before and after,
+# for the baseline's noise), then 2 and 4 ranks with the default (reduce-to-owner) and NCCL's CTAs capped at 4, 8,
+# 16, all-reduce, and no reduction at all (--debug-no-reduce: the step without communication). Same per-GPU batch
+# (B 4 x T 2048). Logs under $OUT: scale.txt (every bench line), build.log.
+set -u
+OUT=${OUT:-/tmp/scale_out}; mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null 2>&1
+make -j32 build/train_gpt_relu > "$OUT/build.log" 2>&1 || { echo "BUILD FAILED"; tail "$OUT/build.log"; exit 1; }
+NG=$(nvidia-smi -L | grep -c '^GPU'); nvidia-smi -L | head -1; echo "GPUs: $NG"
+BIN=$PWD/build/train_gpt_relu
+B05="--preset 0.5B --batch 4 --seq 2048 --bench ${BENCH_STEPS:-24}"
+one() {  # label, ranks, extra flags
+  local lab=$1 n=$2; shift 2
+  local line
+  if [ "$n" = 1 ]; then line=$($BIN $B05 "$@" 2>&1 | grep -E '^bench: .*median step [0-9.]+ ms over|^error' | head -2)
+  else line=$(bash scripts/run_dist.sh "$n" $BIN $B05 "$@" 2>&1 | grep -E '^bench: .*median step [0-9.]+ ms over|^error' | head -2); fi
+  printf '%-34s %s\n' "$lab" "$(echo "$line" | sed -E 's/.*median step ([0-9.]+) ms over ([0-9]+) steps, ([0-9.]+) tokens\/ms.*memory used ([0-9.]+) GiB.*/\1 ms  \3 tokens\/ms  \4 GiB/')"
+}
+{
+  one "1 rank" 1
+  for n in 2 4; do
+    [ "$n" -gt "$NG" ] && continue
+    one "$n ranks (default: owner)" $n
+    for c in 4 8 16; do one "$n ranks, --dist-max-ctas $c" $n --dist-max-ctas $c; done
+    one "$n ranks, --grad-reduce allreduce" $n --grad-reduce allreduce
+    one "$n ranks, --debug-no-reduce" $n --debug-no-reduce
+  done
+  one "1 rank (again)" 1
+  [ -n "${SPARSE:-}" ] && { one "1 rank, SYNTHETIC 29 nnz" 1 --synthetic-nnz 29; one "4 ranks, SYNTHETIC 29 nnz" 4 --synthetic-nnz 29; }
+} 2>&1 | tee "$OUT/scale.txt"

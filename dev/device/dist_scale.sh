@@ -2,8 +2,8 @@
 # Data-parallel scaling of the 0.5B preset (issue 22) in one call on a 4-GPU machine: world 1 (before and after,
 # for the baseline's noise), then 2 and 4 ranks with the default (reduce-to-owner) and NCCL's CTAs capped at 4, 8,
 # 16, all-reduce, and no reduction at all (--debug-no-reduce: the step without communication). Same per-GPU batch
-# (B 4 x T 2048). Logs under $OUT: scale.txt (every bench line), build.log. MEM15=1: instead, 1.5B at B 8 on 4
-# ranks, forced dense vs SYNTHETIC sparse (29 non-zeros per token): speed and peak memory per GPU (mem15.txt).
+# (B 4 x T 2048). Logs under $OUT: scale.txt (every bench line), build.log. MEM15=1: instead, 1.5B at B 8 on all
+# GPUs, forced dense vs SYNTHETIC sparse (29 non-zeros per token): speed and peak memory per GPU (mem15.txt).
 set -u
 OUT=${OUT:-/tmp/scale_out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
@@ -19,12 +19,12 @@ one() {  # label, ranks, extra flags
   else line=$(bash scripts/run_dist.sh "$n" $BIN $B05 "$@" 2>&1 | grep -E '^bench: .*median step [0-9.]+ ms over|^error' | head -2); fi
   printf '%-34s %s\n' "$lab" "$(echo "$line" | sed -E 's/.*median step ([0-9.]+) ms over ([0-9]+) steps, ([0-9.]+) tokens\/ms.*memory used ([0-9.]+) GiB.*/\1 ms  \3 tokens\/ms  \4 GiB/')"
 }
-if [ -n "${MEM15:-}" ]; then  # 1.5B at the paper's micro-batch (8 x 2048 per GPU) on 4 ranks: dense vs sparse
+if [ -n "${MEM15:-}" ]; then  # 1.5B at the paper's micro-batch (8 x 2048 per GPU) on every GPU: dense vs sparse
   B15="--preset 1.5B --batch 8 --seq 2048 --bench 6 --synthetic-nnz 29"
   for p in dense sparse; do
-    echo "-- 1.5B, B 8, 4 ranks, SYNTHETIC 29 nnz, --ffn-path $p"
+    echo "-- 1.5B, B 8, $NG ranks, SYNTHETIC 29 nnz, --ffn-path $p"
     rm -f /tmp/mem.csv; nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 200 > /tmp/mem.csv & mw=$!
-    bash scripts/run_dist.sh 4 $BIN $B15 --ffn-path $p 2>&1 | grep -E '^bench: |^error' | grep -v 'without profiling'
+    bash scripts/run_dist.sh $NG $BIN $B15 --ffn-path $p 2>&1 | grep -E '^bench: |^error' | grep -v 'without profiling'
     kill $mw; sleep 0.3
     python3 -c "
 import collections; m = collections.defaultdict(int)

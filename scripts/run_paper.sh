@@ -7,16 +7,17 @@
 #   usage: scripts/run_paper.sh 0.5B|1B|1.5B|2B
 #   env:   NGPU (GPUs on this node, default: all visible), MICRO (sequences per GPU per micro-step), DATA (shard
 #          dir), OUT (default log_<size>), TOKENIZER; LAUNCH=mpirun|script to force a launcher (default: mpirun when
-#          the binary is linked with MPI and mpirun exists, else scripts/run_dist.sh)
+#          the binary is linked with MPI and mpirun exists, else scripts/run_dist.sh); STEPS, CKPT_EVERY (default
+#          500) and EXTRA (more trainer options, e.g. "--vocab 50304 --stop-at 60") for short test runs
 # NGPU x MICRO must divide 512 (powers of two), so that 2^20 tokens split into whole micro-steps on every GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:?usage: scripts/run_paper.sh 0.5B|1B|1.5B|2B}
 case $SIZE in
-  0.5B) STEPS=9537; MICRO=${MICRO:-8}; RC=0 ;;
-  1B)   STEPS=19073; MICRO=${MICRO:-8}; RC=1 ;;
-  1.5B) STEPS=28610; MICRO=${MICRO:-4}; RC=1 ;;
-  2B)   STEPS=38147; MICRO=${MICRO:-4}; RC=2 ;;
+  0.5B) STEPS=${STEPS:-9537}; MICRO=${MICRO:-8}; RC=0 ;;
+  1B)   STEPS=${STEPS:-19073}; MICRO=${MICRO:-8}; RC=1 ;;
+  1.5B) STEPS=${STEPS:-28610}; MICRO=${MICRO:-4}; RC=1 ;;
+  2B)   STEPS=${STEPS:-38147}; MICRO=${MICRO:-4}; RC=2 ;;
   *) echo "error: unknown size $SIZE (expected 0.5B, 1B, 1.5B or 2B)" >&2; exit 1 ;;
 esac
 if [ -z "${NGPU:-}" ]; then
@@ -36,7 +37,10 @@ tok=(); [ -n "${TOKENIZER:-}" ] && tok=(--tokenizer "$TOKENIZER")
 args=(--train "$DATA/*_train_*.bin" --val "$DATA/*_val_*.bin" --preset "$SIZE"
   --batch "$MICRO" --seq 2048 --total-batch $TOTAL --steps $STEPS --warmup 600 --lr 1e-3 --final-lr-frac 0.1
   --beta1 0.9 --beta2 0.95 --wd 0.1 --grad-clip 1.0 --l1 2e-5 --recompute $RC --eval-every 250 --eval-batches 20
-  --sample-every 2000 --ckpt-every 500 --log-stats-every 25 --out "${OUT:-log_$SIZE}" --resume "${tok[@]}")
+  --sample-every 2000 --ckpt-every "${CKPT_EVERY:-500}" --log-stats-every 25 --out "${OUT:-log_$SIZE}" --resume
+  "${tok[@]}")
+read -r -a extra <<< "${EXTRA:-}"
+args+=("${extra[@]}")
 echo "run_paper: $SIZE on $NGPU GPU(s), $MICRO x 2048 tokens per GPU per micro-step," \
      "$((TOTAL / (MICRO * 2048 * NGPU))) micro-steps per step"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}

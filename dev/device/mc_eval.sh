@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU-machine check of the multiple-choice evaluation (issue 26): our scores equal transformers' on the shipped test
 # file within 1e-3 of log-likelihood per choice.
-#   1. builds build/train_gpt_relu, build/infer and test_mc_eval (runs it);
+#   1. builds build/train_gpt_relu, build/infer, test_mc_eval and gpu_test_mc_eval (runs both: the CPU core, and the
+#      engine's and the trainer's log-likelihoods against the float64 reference on a tiny random model);
 #   2. trains the quick-start shape (d_model 512, 8 layers, d_ff 2048, GPT-2 vocabulary) for MC_STEPS (120) steps on
 #      the starter data, with the trainer's --mc-eval every 40 steps, a checkpoint in $WORK;
 #   3. build/infer --mc-eval test/data/mc_small.jsonl on that checkpoint: the float64 CPU reference
@@ -35,13 +36,17 @@ T0=$(date +%s)
   [ -d .deps ] || [ ! -d deps-debs ] || bash scripts/deps_unpack.sh > /dev/null || { echo "error: deps_unpack failed"; exit 1; }
   if [ $build = 1 ]; then
     step "build"
-    make -j"$(nproc)" build/train_gpt_relu build/infer build/test_mc_eval > "$OUT/build.log" 2>&1 ||
+    make -j"$(nproc)" build/train_gpt_relu build/infer build/test_mc_eval build/gpu_test_mc_eval > "$OUT/build.log" 2>&1 ||
       { tail -30 "$OUT/build.log"; echo "error: build failed"; exit 1; }
   fi
   step "test_mc_eval (CPU)"
   timeout 120 build/test_mc_eval > "$WORK/test.log" 2>&1; rc=$?
   grep -E "seed|reference path|PASSED|FAILED|ERROR" "$WORK/test.log"
   [ $rc = 0 ] || { echo "FAIL: test_mc_eval (exit $rc)"; fail=1; }
+  step "gpu_test_mc_eval (engine and trainer model vs the float64 reference)"
+  SLLM_GPU_REQUIRED=1 timeout 120 build/gpu_test_mc_eval > "$WORK/gpu_test.log" 2>&1; rc=$?
+  grep -E "seed|reference:|engine|second pass|trainer|line|PASSED|FAILED|ERROR" "$WORK/gpu_test.log"
+  [ $rc = 0 ] || { echo "FAIL: gpu_test_mc_eval (exit $rc)"; fail=1; }
 
   step "train ${STEPS} steps (quick-start shape) with --mc-eval every 40 steps"
   CK="$WORK/run"

@@ -74,7 +74,11 @@ def hf_scores(ckpt, items, dtype_name, device):
     kw = {"attn_implementation": "eager", "output_loading_info": True}
     kw["dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"] = dtype
     model, info = LlamaForCausalLM.from_pretrained(ckpt, **kw)
-    bad = {k: v for k, v in info.items() if v and not (k == "missing_keys" and v == ["lm_head.weight"])}
+    bad = {}
+    for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):  # as dev/hf_interop.py
+        v = [x for x in (info.get(k) or []) if not (k == "missing_keys" and x == "lm_head.weight")]  # tied: below
+        if v:
+            bad[k] = v
     if bad:
         sys.exit(f"transformers reported problems loading {ckpt}: {bad}")
     model = model.to(dtype).to(device).eval()

@@ -110,7 +110,7 @@ void mc_item_free(McItem *it) {
 static int take_choices(McItem *it, const cJSON *arr, const char *what, char err[], size_t errn) {
     const int n = cJSON_GetArraySize(arr);
     if (n < 2) {
-        snprintf(err, errn, "%s has %d choice%s; a multiple-choice item needs at least 2", what, n, n == 1 ? "" : "s");
+        snprintf(err, errn, "\"%s\" has %d choice%s; a multiple-choice item needs at least 2", what, n, n == 1 ? "" : "s");
         return -1;
     }
     it->choices = sllm_calloc((size_t)n, sizeof(McChoice));
@@ -177,7 +177,7 @@ int mc_parse_item(const char *json, size_t len, McItem *it, char *err, size_t er
             snprintf(err, errn, "\"%s\" is an object but not {\"text\": [...], \"label\": [...]}", ch->string);
             goto done;
         }
-        if (take_choices(it, tx, "\"text\"", err, errn) != 0) goto done;
+        if (take_choices(it, tx, "text", err, errn) != 0) goto done;
         if (cJSON_GetArraySize(arc_labels) != it->n_choices) {
             snprintf(err, errn, "%d choice labels for %d choice texts", cJSON_GetArraySize(arc_labels), it->n_choices);
             goto done;

@@ -14,6 +14,9 @@
 // rows through the counted dense fallback). All three give the same tokens up to bf16 rounding.
 // --bench: the same prompt (random tokens, or --prompt) and greedy decoding run with the dense and the sparse FFN (and
 // auto) in one process, interleaved, --reps times; prints prefill and decode throughput and the ratios.
+// --mc-eval FILE.jsonl: multiple-choice evaluation of the checkpoint (model/mc_eval.h: context, choices, label; acc and
+// acc_norm as lm-evaluation-harness computes them) on the GPU engine (bf16, --ffn) or, with --mc-eval-device cpu, on
+// the float64 CPU reference (exact, threaded over choices; small models); --mc-eval-out writes per-choice details.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -31,6 +35,8 @@
 #include "config.h"
 #include "dataloader/tokenizer.h"
 #include "model/infer_engine.cuh"
+#include "model/mc_eval.h"
+#include "model/mc_eval_gpu.cuh"
 #include "rng.h"
 #include "sampler.h"
 
@@ -38,6 +44,8 @@ typedef struct {
     const char *ckpt, *preset, *tokenizer, *prompt, *prompt_file, *prompt_ids, *ffn;
     int tokens, samples, top_k, context, chunk, no_bos, ignore_eos, stats, bench, prompt_len, reps, quiet, no_graph,
         no_calibrate;
+    const char *mc_eval, *mc_eval_out, *mc_eval_device;
+    int mc_eval_threads;
     float temperature, top_p;
     unsigned long long seed;
 } Opts;
@@ -149,6 +157,62 @@ static void print_sample(const Tokenizer *tok, const int *ids, int n, int eot) {
     printf("\n");
 }
 
+// --mc-eval: the data and its tokens first (any bad line stops here, before the model runs), then every choice
+// through the engine (gpu) or the float64 reference (cpu), then the summary and --mc-eval-out.
+static int run_mc_eval(const Opts *o, const ModelConfig *cfg, const float *params, const Tokenizer *tok, int bos,
+                       InferFFN ffn) {
+    char err[1024];
+    const int cpu = !strcmp(o->mc_eval_device, "cpu");
+    if (o->mc_eval_out) {  // can the details be written? (before the work)
+        FILE *f = fopen(o->mc_eval_out, "wb");
+        if (!f) SLLM_FATAL("--mc-eval-out %s: cannot create the file", o->mc_eval_out);
+        fclose(f);
+    }
+    McSet set;
+    if (mc_load(o->mc_eval, &set, err, sizeof err) != 0) SLLM_FATAL("--mc-eval: %s", err);
+    const int max_len = o->context ? o->context : cfg->max_seq;
+    if (max_len > cfg->max_seq && !o->quiet)
+        printf("warning: context %d is longer than the model's max_seq %d (RoPE positions it never saw)\n", max_len,
+               cfg->max_seq);
+    if (cpu && max_len > cfg->max_seq) SLLM_FATAL("--mc-eval-device cpu: --context %d above max_seq %d", max_len, cfg->max_seq);
+    if (mc_tokenize(&set, tok, bos, max_len, err, sizeof err) != 0) SLLM_FATAL("--mc-eval: %s", err);
+    if (!o->quiet) config_print(cfg, stdout);
+    McResult r;
+    McScoreOpts so = {1, 0, 1, o->quiet ? NULL : stdout};
+    char how[128];
+    if (cpu) {
+        RefModel ref;  // float64 copy of the checkpoint's weights
+        ref.cfg = *cfg;
+        config_param_layout(cfg, &ref.lay);
+        ref.params = (double *)sllm_malloc(ref.lay.total * sizeof(double));
+        ref_model_from_f32(&ref, params);
+        so.threads = o->mc_eval_threads ? o->mc_eval_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (so.threads < 1) so.threads = 1;
+        snprintf(how, sizeof how, "cpu float64 reference, %d thread%s", so.threads, so.threads > 1 ? "s" : "");
+        if (mc_score(&set, mc_loglik_ref, &ref, &so, &r, err, sizeof err) != 0) SLLM_FATAL("--mc-eval: %s", err);
+        ref_model_free(&ref);
+    } else {
+        Infer m;
+        mc_infer_create(&m, cfg, mc_max_input(&set), ffn, !o->quiet);
+        m.calibrate = !o->no_calibrate;
+        infer_set_params(&m, params);
+        snprintf(how, sizeof how, "gpu engine bf16, FFN %s", infer_ffn_name(ffn));
+        if (mc_score(&set, mc_loglik_infer, &m, &so, &r, err, sizeof err) != 0) SLLM_FATAL("--mc-eval: %s", err);
+        if (o->stats) infer_print_stats(&m, stdout);
+        infer_free(&m);
+    }
+    printf("mc-eval: %s: %d items, %lld choices, %lld continuation tokens, %d choice(s) with the context cut to %d "
+           "tokens\n", set.name, r.n_items, r.n_choices, r.n_tokens, r.n_truncated, max_len);
+    printf("mc-eval: acc %.4f (%d/%d) | acc_norm %.4f (%d/%d) | %s | %.2f s (%.1f choices/s)\n", r.acc, r.correct,
+           r.n_items, r.acc_norm, r.correct_norm, r.n_items, how, r.seconds, r.n_choices / fmax(r.seconds, 1e-9));
+    if (o->mc_eval_out) {
+        if (mc_write_results(&set, o->mc_eval_out, err, sizeof err) != 0) SLLM_FATAL("--mc-eval-out: %s", err);
+        printf("mc-eval: per-choice log-likelihoods in %s\n", o->mc_eval_out);
+    }
+    mc_free(&set);
+    return 0;
+}
+
 static double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
@@ -158,7 +222,7 @@ int main(int argc, char **argv) {
     Opts o;
     memset(&o, 0, sizeof o);
     o.ffn = "auto"; o.tokens = 128; o.samples = 1; o.temperature = 0.8f; o.top_p = 1.0f; o.chunk = 512;
-    o.seed = 1337; o.prompt_len = 512; o.reps = 3;
+    o.seed = 1337; o.prompt_len = 512; o.reps = 3; o.mc_eval_device = "gpu";
     CliOpt opts[] = {
         {"ckpt", 0, CLI_STRING, &o.ckpt, "checkpoint dir, or a training --out dir (its newest checkpoint)", 0, 0, 0},
         {"preset", 'p', CLI_STRING, &o.preset, "random weights of a preset instead of a checkpoint (speed only)", 0, 0, 0},
@@ -184,6 +248,10 @@ int main(int argc, char **argv) {
         {"bench", 0, CLI_FLAG, &o.bench, "time prefill and decoding with the dense, sparse and auto FFN", 0, 0, 0},
         {"prompt-len", 0, CLI_INT, &o.prompt_len, "--bench: prompt tokens (random ids when no prompt is given)", 1, 1 << 24, 0},
         {"reps", 0, CLI_INT, &o.reps, "--bench: rounds (each runs every FFN mode once)", 1, 1000, 0},
+        {"mc-eval", 0, CLI_STRING, &o.mc_eval, "multiple-choice evaluation of --ckpt on this JSONL file ({\"context\", \"choices\", \"label\"} per line; model/mc_eval.h): prints acc, acc_norm", 0, 0, 0},
+        {"mc-eval-out", 0, CLI_STRING, &o.mc_eval_out, "--mc-eval: per-choice tokens and log-likelihoods to this file (JSONL; CSV when it ends in .csv)", 0, 0, 0},
+        {"mc-eval-device", 0, CLI_STRING, &o.mc_eval_device, "--mc-eval: gpu (the engine, bf16, --ffn) or cpu (the float64 reference: exact, slow; small models)", 0, 0, 0},
+        {"mc-eval-threads", 0, CLI_INT, &o.mc_eval_threads, "--mc-eval-device cpu: threads (default: every online CPU)", 1, 4096, 0},
         {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
     };
     cli_parse(argc, argv, opts, "infer",
@@ -193,7 +261,20 @@ int main(int argc, char **argv) {
     if (!!o.prompt + !!o.prompt_file + !!o.prompt_ids > 1) SLLM_FATAL("give at most one of --prompt, --prompt-file, --prompt-ids");
     if ((o.prompt || o.prompt_file) && !o.tokenizer) SLLM_FATAL("--prompt and --prompt-file need --tokenizer");
     const InferFFN ffn = parse_ffn(o.ffn);
-    cuda_require_device("infer");
+    const int mc_cpu = o.mc_eval && !strcmp(o.mc_eval_device, "cpu");
+    if (o.mc_eval) {
+        if (strcmp(o.mc_eval_device, "gpu") && strcmp(o.mc_eval_device, "cpu"))
+            cli_fail("infer", "--mc-eval-device must be gpu or cpu (got \"%s\")", o.mc_eval_device);
+        if (!o.ckpt) cli_fail("infer", "--mc-eval needs --ckpt (a trained checkpoint)");
+        if (!o.tokenizer) cli_fail("infer", "--mc-eval needs --tokenizer (the checkpoint's tokenizer)");
+        if (o.prompt || o.prompt_file || o.prompt_ids || o.bench)
+            cli_fail("infer", "--mc-eval runs alone: drop --prompt, --prompt-file, --prompt-ids and --bench");
+    } else {
+        const char *mc_only[] = {"mc-eval-out", "mc-eval-device", "mc-eval-threads"};
+        for (int i = 0; i < 3; i++)
+            if (cli_given(opts, mc_only[i])) cli_fail("infer", "--%s needs --mc-eval FILE", mc_only[i]);
+    }
+    if (!mc_cpu) cuda_require_device("infer");
 
     // ---- model
     ModelConfig cfg;
@@ -226,6 +307,12 @@ int main(int argc, char **argv) {
     const int V = cfg.vocab_size;
     int eot = tok ? tokenizer_eot_id(tok) : -1;
     if (eot >= V) eot = -1;
+    if (o.mc_eval) {
+        const int rc = run_mc_eval(&o, &cfg, params, tok, o.no_bos ? -1 : eot, ffn);
+        free(params);
+        tokenizer_free(tok);
+        return rc;
+    }
 
     // ---- prompt
     std::vector<int> prompt;

@@ -38,6 +38,8 @@
 #include "dataloader/tokenizer.h"
 #include "logger.h"
 #include "lr_schedule.h"
+#include "model/mc_eval.h"
+#include "model/mc_eval_gpu.cuh"
 #include "model/train_model.cuh"
 #include "model/synthetic_sparsity.cuh"
 #include "rng.h"
@@ -59,6 +61,9 @@ typedef struct {
     const char *ffn_path;
     int ffn_lean, reinit_dead, l1_warmup, bench_compare;
     float sparse_on, sparse_off, sparse_max_dense, synthetic_nnz;
+    // multiple-choice evaluation (model/mc_eval.h)
+    const char *mc_eval;
+    int mc_eval_every;
 } Options;
 
 // --bench-compare: main runs the benchmark twice in this process (dense, then sparse FFN); each run leaves its result.
@@ -268,6 +273,25 @@ static float evaluate(Model *m, Dist *d, DataLoader *val, int batches, int32_t *
     return ce / ((float)batches * m->N * d->world);
 }
 
+// Multiple-choice evaluation (--mc-eval) with the training model's forward (bf16 logits): every rank scores its share
+// of the items (item i on rank i % world, so no rank waits on another's work), the counts are summed over the ranks,
+// rank 0 logs acc and acc_norm. dev3: 3 floats of device memory.
+static void mc_eval_step(Model *m, Dist *d, McSet *set, McTrainCtx *mc, float *dev3, int step, Logger *lg) {
+    char err[1024];
+    McResult r;
+    const McScoreOpts so = {1, d->rank, d->world, NULL};
+    if (mc_score(set, mc_loglik_train, mc, &so, &r, err, sizeof err) != 0) SLLM_FATAL("--mc-eval: %s", err);
+    float h[3] = {(float)r.correct, (float)r.correct_norm, (float)r.n_items};  // exact below 2^24 items
+    cudaCheck(cudaMemcpyAsync(dev3, h, sizeof h, cudaMemcpyHostToDevice, m->stream));
+    dist_allreduce_sum_f32(d, dev3, 3, m->stream);
+    cudaCheck(cudaMemcpyAsync(h, dev3, sizeof h, cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    const double acc = h[2] > 0 ? h[0] / h[2] : 0, acc_norm = h[2] > 0 ? h[1] / h[2] : 0;
+    logger_printf(lg, "step %d | mc-eval acc %.4f acc_norm %.4f (%.0f items of %s, %.1f s)\n", step, acc, acc_norm, h[2],
+                  set->name, r.seconds);
+    logger_metric(lg, "s:%d mc_acc:%.9g mc_acc_norm:%.9g\n", step, acc, acc_norm);
+}
+
 // Unconditional sample from the end-of-text token: full-recompute forward per token (simple, no KV cache).
 static void generate_sample(Model *m, const Tokenizer *tok, int n_tokens, float temperature, uint64_t seed,
                             Logger *lg) {
@@ -372,12 +396,18 @@ static int run_main(int argc, char **argv) {
         {"l1-warmup", 0, CLI_INT, &o.l1_warmup, "L1 lambda ramps linearly from 0 over this many steps", 0, 2e9, 0},
         {"synthetic-nnz", 0, CLI_FLOAT, &o.synthetic_nnz, "--bench: SYNTHETIC sparsity: calibrate random weights to this many FFN non-zeros per token (learning rate 0)", 0, 1e6, 0},
         {"bench-compare", 0, CLI_FLAG, &o.bench_compare, "--bench: run the benchmark with the dense and then the sparse FFN path in this process; compare", 0, 0, 0},
+        {"mc-eval", 0, CLI_STRING, &o.mc_eval, "multiple-choice evaluation file (JSONL: {\"context\", \"choices\", \"label\"} per line; model/mc_eval.h): acc and acc_norm logged at --mc-eval-every (needs --tokenizer)", 0, 0, 0},
+        {"mc-eval-every", 0, CLI_INT, &o.mc_eval_every, "--mc-eval: every N steps and at the end (0: at the end only)", 0, 2e9, 0},
         {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
     };
     cli_parse(argc, argv, opts, "train_gpt_relu",
               "Trains a Llama-style model with a ReLU-gated FFN and an L1 activation penalty on one or several GPUs "
               "(one process per GPU: mpirun -np N, or scripts/run_dist.sh N).");
     char err[1024];
+    if (!o.mc_eval && cli_given(opts, "mc-eval-every")) cli_fail("train_gpt_relu", "--mc-eval-every needs --mc-eval FILE");
+    if (o.mc_eval && !o.tokenizer)
+        cli_fail("train_gpt_relu", "--mc-eval needs --tokenizer (the tokenizer of the training data)");
+    if (o.mc_eval && o.bench) cli_fail("train_gpt_relu", "--mc-eval is a training option: drop it with --bench");
     GradReduceMode reduce_mode = GRAD_ALLREDUCE;
     if (strcmp(o.grad_reduce, "owner") == 0) reduce_mode = GRAD_REDUCE_TO_OWNER;
     else if (strcmp(o.grad_reduce, "allreduce") != 0)
@@ -537,6 +567,16 @@ static int run_main(int argc, char **argv) {
         if (tokenizer_vocab_size(tok) > cfg.vocab_size)
             SLLM_FATAL("tokenizer has %d tokens but the model's vocab is %d", tokenizer_vocab_size(tok), cfg.vocab_size);
     }
+    // multiple-choice evaluation: the file validated and tokenized now (a bad line stops here, before any step)
+    McSet mc_set;
+    memset(&mc_set, 0, sizeof mc_set);
+    if (o.mc_eval) {
+        if (mc_load(o.mc_eval, &mc_set, err, sizeof err) != 0) SLLM_FATAL("--mc-eval: %s", err);
+        // the context of every sequence in the data: the end-of-text token; inputs of at most T tokens
+        if (mc_tokenize(&mc_set, tok, tokenizer_eot_id(tok), T, err, sizeof err) != 0) SLLM_FATAL("--mc-eval: %s", err);
+        logger_printf(&lg, "mc-eval: %s: %d items, %lld choices, every %d steps%s\n", o.mc_eval, mc_set.n_items,
+                      mc_set.n_choices, o.mc_eval_every, o.mc_eval_every ? " and at the end" : " (at the end only)");
+    }
 
     int ffn_mode = g_force_path >= 0 ? g_force_path : ffn_path_parse(o.ffn_path);
     if (ffn_mode < 0) SLLM_FATAL("--ffn-path %s: expected auto, dense or sparse", o.ffn_path);
@@ -649,6 +689,13 @@ static int run_main(int argc, char **argv) {
     if (d.world > 1 && model.sp.mode != FFN_PATH_DENSE)
         cudaCheck(cudaMalloc((void **)&sp_counts_dev, (size_t)L * SPARSE_COUNTS_PER_LAYER * sizeof(uint64_t)));
     int *dead = (int *)sllm_calloc(L, sizeof(int));
+    McTrainCtx mc_ctx;
+    memset(&mc_ctx, 0, sizeof mc_ctx);
+    float *mc_dev = NULL;
+    if (mc_set.n_items) {
+        mc_train_ctx_init(&mc_ctx, &model);
+        cudaCheck(cudaMalloc((void **)&mc_dev, 3 * sizeof(float)));
+    }
     double last_nnz_mean = -1;  // mean non-zeros per token over the layers, at the last statistics window
     Rng data_rng;  // synthetic tokens for --bench without --train (another stream on every rank)
     rng_seed(&data_rng, o.seed + 0x9e3779b97f4a7c15ull * (uint64_t)d.rank);
@@ -694,6 +741,8 @@ static int run_main(int argc, char **argv) {
                 logger_printf(&lg, "step %d | val loss %.4f\n", step, vl);
                 logger_metric(&lg, "s:%d val:%.9g\n", step, vl);
             }
+            if (mc_set.n_items && (last || (o.mc_eval_every > 0 && step % o.mc_eval_every == 0)))
+                mc_eval_step(&model, &d, &mc_set, &mc_ctx, mc_dev, step, &lg);
             if (d.rank == 0 && o.sample_every > 0 && step > 0 && (step % o.sample_every == 0 || last))
                 generate_sample(&model, tok, o.sample_tokens, o.temperature, o.seed + 1337, &lg);
             int want_ckpt = o.out && step > start_step &&
@@ -876,6 +925,9 @@ static int run_main(int argc, char **argv) {
     prof_free(&prof);
     free(step_ms); free(step_prof); free(nnz); free(alive); free(in); free(tg); free(sw_ev); free(dead);
     if (sp_counts_dev) cudaCheck(cudaFree(sp_counts_dev));
+    if (mc_dev) cudaCheck(cudaFree(mc_dev));
+    if (mc_set.n_items) mc_train_ctx_free(&mc_ctx);
+    mc_free(&mc_set);
     if (tok) tokenizer_free(tok);
     if (train) loader_close(train);
     if (val) loader_close(val);

@@ -18,6 +18,7 @@
 #include "core/tc_utils.cuh"
 #include "model/block.cuh"
 #include "model/infer_engine.cuh"
+#include "model/mc_eval_gpu.cuh"
 #include "twell/train_ffn.cuh"
 #include "model/sparse_dispatch.h"
 #include "model/sparse_ffn.cuh"

@@ -17,7 +17,7 @@ GPU_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 CFLAGS  := -O2 -g -std=c11 -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -I. -Icore
 NVFLAGS := -O3 -g -std=c++17 $(GPU_ARCH) -I. -Icore -Xcompiler -Wall,-Wno-unused-function \
            --expt-relaxed-constexpr -lineinfo
-LDLIBS  := -lcjson -lpcre2-8 -lm -lpthread
+LDLIBS  := -lcjson -lpcre2-8 -lm -lpthread -ldl
 
 # Local prefix of unpacked .deb files (offline GPU machines).
 DEPS_LIB := $(firstword $(wildcard .deps/usr/lib/x86_64-linux-gnu .deps/usr/lib))

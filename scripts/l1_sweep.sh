@@ -57,7 +57,7 @@ log "GPU: ${gpu:-none visible}; lambdas: ${lambdas[*]}; $STEPS steps of $B x $T 
 for i in "${!lambdas[@]}"; do
   lam=${lambdas[$i]}; dir="$OUT/l1_$lam"
   if finished "$dir"; then STATUS[$lam]=done; log "lambda $lam: already done, skipped"; write_meta; continue; fi
-  est=$est0; [ $took_n -gt 0 ] && est=$(( took_sum / took_n ))
+  est=$est0; [ $took_n -gt 0 ] && est=$(( took_sum / took_n )); [ "$est" -lt 5 ] && est=5
   left=$(( BUDGET - $(el) )); n_left=$(( ${#lambdas[@]} - i ))
   if [ "$est" -gt "$left" ]; then
     STATUS[$lam]="not run (time budget: estimated ${est}s, ${left}s left; run the script again to continue)"

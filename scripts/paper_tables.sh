@@ -64,11 +64,11 @@ write_meta() {
 }
 log "GPU: ${gpu:-none visible}; sizes: ${sizes[*]}; budget ${BUDGET}s; prefill ${SAMPLES} x ${PROMPT}; training B ${TB} x 2048"
 scale_num=0; scale_den=0
+scaled() { local e=$1; [ $scale_den -gt 0 ] && e=$(( e * scale_num / scale_den )); [ "$e" -lt 5 ] && e=5; echo "$e"; }
 for i in "${!sizes[@]}"; do
   s=${sizes[$i]}
-  est=${EST[$s]}
-  [ $scale_den -gt 0 ] && est=$(( est * scale_num / scale_den ))
-  rest=0; for s2 in "${sizes[@]:$i}"; do e2=${EST[$s2]}; [ $scale_den -gt 0 ] && e2=$(( e2 * scale_num / scale_den )); rest=$((rest + e2)); done
+  est=$(scaled "${EST[$s]}")
+  rest=0; for s2 in "${sizes[@]:$i}"; do rest=$(( rest + $(scaled "${EST[$s2]}") )); done
   left=$(( BUDGET - $(el) ))
   if [ "$est" -gt "$left" ]; then
     STATUS[$s]="skipped: estimated ${est}s, ${left}s of the ${BUDGET}s budget left"

@@ -4,6 +4,7 @@
 #   make test       build and run the tests: the include-graph check, the two-unit link check, the CPU tests, and
 #                   the GPU tests when a GPU is visible (built either way); builds the benchmarks too, whose
 #                   command lines test_cli checks
+#   make test-py    the Python tests of scripts/paper_report.py and dev/plots.py (part of make test)
 #   make bench      the benchmarks of dev/bench
 #   make clean
 # Options: GPU_ARCH (default Hopper sm_90a), NO_MPI=1, NO_NCCL=1, NVCC, CC.
@@ -17,7 +18,7 @@ GPU_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 CFLAGS  := -O2 -g -std=c11 -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -I. -Icore
 NVFLAGS := -O3 -g -std=c++17 $(GPU_ARCH) -I. -Icore -Xcompiler -Wall,-Wno-unused-function \
            --expt-relaxed-constexpr -lineinfo
-LDLIBS  := -lcjson -lpcre2-8 -lm -lpthread
+LDLIBS  := -lcjson -lpcre2-8 -lm -lpthread -ldl
 
 # Local prefix of unpacked .deb files (offline GPU machines).
 DEPS_LIB := $(firstword $(wildcard .deps/usr/lib/x86_64-linux-gnu .deps/usr/lib))
@@ -79,7 +80,7 @@ BENCHES   := $(patsubst dev/bench/%.cu,$(BUILD)/%,$(wildcard dev/bench/*.cu))
 # include any header (kernels and non-inline functions in headers are static).
 LINK_CHECK := $(BUILD)/link_check
 
-.PHONY: all cpu gpu tests-cpu tests-gpu test bench include-graph clean
+.PHONY: all cpu gpu tests-cpu tests-gpu test test-py bench include-graph clean
 .SECONDARY: $(TEST_SUPPORT_OBJS) $(LIB_OBJS)
 all: cpu gpu
 cpu: $(LIB) $(TOOLS)
@@ -149,8 +150,13 @@ include-graph:
 
 # bench too: test_cli runs every binary, the benchmarks included, with bad command lines (a stale benchmark would
 # fail it).
-test: include-graph all bench tests-cpu tests-gpu
+test: include-graph all bench tests-cpu tests-gpu test-py
 	@bash test/run_tests.sh $(CPU_TESTS) -- $(GPU_TESTS)
+
+# The Python tests of the report and plotting scripts (standard library; test_plots skips without matplotlib).
+test-py:
+	@python3 test/test_paper_report.py
+	@python3 test/test_plots.py
 
 clean:
 	rm -rf $(BUILD)

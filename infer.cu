@@ -13,7 +13,11 @@
 // (cuBLASLt), sparse (TwELL always: the exact decode path at <= 64 rows, gate -> TwELL -> up/down above, overflowing
 // rows through the counted dense fallback). All three give the same tokens up to bf16 rounding.
 // --bench: the same prompt (random tokens, or --prompt) and greedy decoding run with the dense and the sparse FFN (and
-// auto) in one process, interleaved, --reps times; prints prefill and decode throughput and the ratios.
+// auto) in one process, interleaved, --reps times; prints prefill and decode throughput and the ratios, then each mode's
+// energy per token from NVML (model/infer_energy.cuh; --energy-ms) and one "bench-result" line per mode.
+// --synthetic-nnz K (with --preset): SYNTHETIC sparsity, the random weights calibrated to K non-zeros per token per layer
+// on average, per layer after --synthetic-profile (model/sparsity_profile.h, model/infer_synthetic.cuh); every line of
+// such a run starts with "SYNTHETIC " (core/line_prefix.h).
 // --mc-eval FILE.jsonl: multiple-choice evaluation of the checkpoint (model/mc_eval.h: context, choices, label; acc and
 // acc_norm as lm-evaluation-harness computes them) on the GPU engine (bf16, --ffn) or, with --mc-eval-device cpu, on
 // the float64 CPU reference (exact, threaded over choices; small models); --mc-eval-out writes per-choice details.
@@ -34,9 +38,13 @@
 #include "common.h"
 #include "config.h"
 #include "dataloader/tokenizer.h"
+#include "model/infer_energy.cuh"
 #include "model/infer_engine.cuh"
 #include "model/mc_eval.h"
 #include "model/mc_eval_gpu.cuh"
+#include "model/infer_synthetic.cuh"
+#include "model/sparsity_profile.h"
+#include "line_prefix.h"
 #include "rng.h"
 #include "sampler.h"
 
@@ -48,6 +56,7 @@ typedef struct {
     int mc_eval_threads;
     float temperature, top_p;
     unsigned long long seed;
+    float synthetic_nnz; const char *synthetic_profile; int energy_ms;  // --bench: SYNTHETIC sparsity, energy
 } Opts;
 
 static InferFFN parse_ffn(const char *s) {
@@ -223,6 +232,7 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.ffn = "auto"; o.tokens = 128; o.samples = 1; o.temperature = 0.8f; o.top_p = 1.0f; o.chunk = 512;
     o.seed = 1337; o.prompt_len = 512; o.reps = 3; o.mc_eval_device = "gpu";
+    o.synthetic_profile = "paper"; o.energy_ms = 1000;
     CliOpt opts[] = {
         {"ckpt", 0, CLI_STRING, &o.ckpt, "checkpoint dir, or a training --out dir (its newest checkpoint)", 0, 0, 0},
         {"preset", 'p', CLI_STRING, &o.preset, "random weights of a preset instead of a checkpoint (speed only)", 0, 0, 0},
@@ -252,6 +262,9 @@ int main(int argc, char **argv) {
         {"mc-eval-out", 0, CLI_STRING, &o.mc_eval_out, "--mc-eval: per-choice tokens and log-likelihoods to this file (JSONL; CSV when it ends in .csv)", 0, 0, 0},
         {"mc-eval-device", 0, CLI_STRING, &o.mc_eval_device, "--mc-eval: gpu (the engine, bf16, --ffn) or cpu (the float64 reference: exact, slow; small models)", 0, 0, 0},
         {"mc-eval-threads", 0, CLI_INT, &o.mc_eval_threads, "--mc-eval-device cpu: threads (default: every online CPU)", 1, 4096, 0},
+        {"energy-ms", 0, CLI_INT, &o.energy_ms, "--bench: energy per token from NVML over at least this long per FFN mode, prefill and decoding (0: off)", 0, 600000, 0},
+        {"synthetic-nnz", 0, CLI_FLOAT, &o.synthetic_nnz, "--bench with --preset: SYNTHETIC sparsity, random weights calibrated to this many FFN non-zeros per token (mean over layers)", 0, 1e6, 0},
+        {"synthetic-profile", 0, CLI_STRING, &o.synthetic_profile, "--synthetic-nnz per layer: paper (PAPER.md's shape: first two layers lowest, early-middle highest), uniform, or L comma-separated targets", 0, 0, 0},
         {NULL, 0, CLI_INT, NULL, NULL, 0, 0, 0},
     };
     cli_parse(argc, argv, opts, "infer",
@@ -274,6 +287,10 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++)
             if (cli_given(opts, mc_only[i])) cli_fail("infer", "--%s needs --mc-eval FILE", mc_only[i]);
     }
+    if (o.synthetic_nnz > 0) {  // before any output: every line of a SYNTHETIC run says so
+        if (!o.bench || !o.preset) SLLM_FATAL("--synthetic-nnz is a benchmark of random weights: use it with --bench and --preset");
+        if (line_prefix_start("SYNTHETIC ", err, sizeof err) != 0) SLLM_FATAL("%s", err);
+    }
     if (!mc_cpu) cuda_require_device("infer");
 
     // ---- model
@@ -294,6 +311,19 @@ int main(int argc, char **argv) {
     } else {
         if (!config_from_preset(o.preset, &cfg)) SLLM_FATAL("unknown preset \"%s\"", o.preset);
         if (!o.quiet) printf("preset %s with random weights (seed %llu): speed only, the text is noise\n", o.preset, o.seed);
+        if (o.synthetic_nnz > 0) {
+            std::vector<double> targets(cfg.n_layer), nnz(cfg.n_layer);
+            if (sparsity_profile_parse(o.synthetic_profile, cfg.n_layer, cfg.d_ff, o.synthetic_nnz, targets.data(), err,
+                                       sizeof err) != 0)
+                SLLM_FATAL("--synthetic-profile: %s", err);
+            double worst = 0, mean = 0;
+            params = infer_synthetic_params(&cfg, targets.data(), o.prompt_len, o.seed, nnz.data(), &worst, stdout);
+            for (int l = 0; l < cfg.n_layer; l++) mean += nnz[l] / cfg.n_layer;
+            printf("synthetic-sparsity profile=%s target_mean=%.2f measured_mean=%.2f worst_layer_err=%.4f per_layer=",
+                   o.synthetic_profile, o.synthetic_nnz, mean, worst);
+            for (int l = 0; l < cfg.n_layer; l++) printf("%s%.1f", l ? "," : "", nnz[l]);
+            printf("\n");
+        }
     }
     Tokenizer *tok = NULL;
     if (o.tokenizer) {
@@ -404,6 +434,7 @@ int main(int argc, char **argv) {
         std::vector<double> pre[3], dec[3];
         int steps = 0;
         for (int k = 0; k < 3; k++) ids[k].resize((size_t)o.samples * n_new);
+        fflush(stdout);
         printf("bench: %d sample(s) x prompt %d tokens, %d decoding steps, greedy, %d rounds (+1 warm-up)\n", o.samples,
                P, n_new, o.reps);
         for (int r = 0; r <= o.reps; r++)
@@ -433,6 +464,11 @@ int main(int argc, char **argv) {
                o.samples * steps);
         if (o.stats)
             for (int k = 1; k < 3; k++) infer_print_stats(&ms[k], stdout);
+        {
+            double pm[3], dm[3];
+            for (int k = 0; k < 3; k++) { pm[k] = median(pre[k]); dm[k] = median(dec[k]); }
+            infer_bench_energy_report(ms, 3, prompt, n_new, o.energy_ms * 1e-3, pm, dm);
+        }
         for (int k = 0; k < 3; k++) infer_free(&ms[k]);
     }
     free(params);

@@ -36,11 +36,13 @@
 #include "config.h"
 #include "dataloader/loader.h"
 #include "dataloader/tokenizer.h"
+#include "energy.h"
 #include "logger.h"
 #include "lr_schedule.h"
 #include "model/mc_eval.h"
 #include "model/mc_eval_gpu.cuh"
 #include "model/train_model.cuh"
+#include "model/sparsity_profile.h"
 #include "model/synthetic_sparsity.cuh"
 #include "rng.h"
 #include "sampler.h"
@@ -61,6 +63,7 @@ typedef struct {
     const char *ffn_path;
     int ffn_lean, reinit_dead, l1_warmup, bench_compare;
     float sparse_on, sparse_off, sparse_max_dense, synthetic_nnz;
+    const char *synthetic_profile;  // --synthetic-nnz per layer (model/sparsity_profile.h)
     // multiple-choice evaluation (model/mc_eval.h)
     const char *mc_eval;
     int mc_eval_every;
@@ -70,6 +73,8 @@ typedef struct {
 typedef struct {
     int done;
     double med_ms, tok_per_ms, mem_used_gib, alloc_gib, nnz_mean, synthetic_nnz;
+    double mj_per_token;  // NVML energy over the timed steps (NAN: not measured)
+    char energy_src[16];
 } BenchResult;
 static int g_force_path = -1;  // >= 0: the FFN path of this benchmark phase
 static BenchResult g_bench_res;
@@ -85,6 +90,7 @@ static void options_defaults(Options *o) {
     o->beta1 = 0.9f; o->beta2 = 0.95f; o->eps = 1e-8f; o->temperature = 1.0f; o->seed = 1337;
     o->grad_reduce = "owner";
     o->ffn_path = "auto"; o->sparse_on = -1; o->sparse_off = -1; o->sparse_max_dense = -1;
+    o->synthetic_profile = "uniform";
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -395,6 +401,7 @@ static int run_main(int argc, char **argv) {
         {"reinit-dead", 0, CLI_FLAG, &o.reinit_dead, "re-draw the gate rows of units that did not fire in the last --log-stats-every window (AdamW moments zeroed)", 0, 0, 0},
         {"l1-warmup", 0, CLI_INT, &o.l1_warmup, "L1 lambda ramps linearly from 0 over this many steps", 0, 2e9, 0},
         {"synthetic-nnz", 0, CLI_FLOAT, &o.synthetic_nnz, "--bench: SYNTHETIC sparsity: calibrate random weights to this many FFN non-zeros per token (learning rate 0)", 0, 1e6, 0},
+        {"synthetic-profile", 0, CLI_STRING, &o.synthetic_profile, "--synthetic-nnz per layer: uniform, paper (PAPER.md's shape, mean --synthetic-nnz) or L comma-separated targets", 0, 0, 0},
         {"bench-compare", 0, CLI_FLAG, &o.bench_compare, "--bench: run the benchmark with the dense and then the sparse FFN path in this process; compare", 0, 0, 0},
         {"mc-eval", 0, CLI_STRING, &o.mc_eval, "multiple-choice evaluation file (JSONL: {\"context\", \"choices\", \"label\"} per line; model/mc_eval.h): acc and acc_norm logged at --mc-eval-every (needs --tokenizer)", 0, 0, 0},
         {"mc-eval-every", 0, CLI_INT, &o.mc_eval_every, "--mc-eval: every N steps and at the end (0: at the end only)", 0, 2e9, 0},
@@ -649,11 +656,15 @@ static int run_main(int argc, char **argv) {
     double synth_nnz = 0;
     if (o.synthetic_nnz > 0) {
         double *nz = (double *)sllm_calloc(cfg.n_layer, sizeof(double));
-        double worst = model_synthetic_sparsity(&model, o.synthetic_nnz, o.seed, nz, stdout);
+        double *targets = (double *)sllm_calloc(cfg.n_layer, sizeof(double));
+        if (sparsity_profile_parse(o.synthetic_profile, cfg.n_layer, cfg.d_ff, o.synthetic_nnz, targets, err, sizeof err))
+            SLLM_FATAL("--synthetic-profile: %s", err);
+        double worst = model_synthetic_sparsity_profile(&model, targets, o.seed, nz, stdout);
+        free(targets);
         for (int l = 0; l < cfg.n_layer; l++) synth_nnz += nz[l] / cfg.n_layer;
         logger_printf(&lg, "SYNTHETIC sparsity: random weights calibrated to %.1f FFN non-zeros per token (mean over layers "
-                           "%.1f, worst layer off by %.1f%%); learning rate 0 to keep it\n", o.synthetic_nnz, synth_nnz,
-                      100 * worst);
+                           "%.1f, worst layer off by %.1f%%, profile %s); learning rate 0 to keep it\n", o.synthetic_nnz, synth_nnz,
+                      100 * worst, o.synthetic_profile);
         free(nz);
         // the calibration moved columns of the bf16 weights: the ZeRO-1 master weights follow (through the gradient
         // buffer, unused until the first backward), so the first update does not undo it
@@ -722,6 +733,16 @@ static int run_main(int argc, char **argv) {
         prof.flops[PH_B_ATT_CORE] = 5.0 * Nt * T * Qd * L;
     }
 
+    // --bench: energy of the timed steps (after the 2 warm-up steps) from NVML, rank 0's GPU (core/energy.h)
+    EnergyMeter *bench_em = NULL;
+    double bench_j0 = 0;
+    if (o.bench && d.rank == 0) {
+        char bus[64], why[256];
+        cudaCheck(cudaDeviceGetPCIBusId(bus, sizeof bus, d.device));
+        bench_em = energy_open(bus, 20, why, sizeof why);
+        if (bench_em) logger_printf(&lg, "bench: energy from %s\n", energy_describe(bench_em));
+        else logger_printf(&lg, "bench: energy not measured (%s)\n", why);
+    }
     const double t_train0 = sllm_time_s();
     int time_up = 0;
     for (int step = start_step; step <= total_steps; step++) {
@@ -759,6 +780,11 @@ static int run_main(int argc, char **argv) {
         }
         if (last) break;
 
+        if (bench_em && step - start_step == 2 && energy_read(bench_em, &bench_j0) != 0) {  // the last step synchronised
+            logger_printf(&lg, "bench: energy not measured (%s)\n", energy_last_error(bench_em));
+            energy_close(bench_em);
+            bench_em = NULL;
+        }
         double t0 = sllm_time_s();
         // attached for the step only (not eval / sampling); --bench profiles every other step, so the median
         // of the steps without events shows that the events cost nothing
@@ -909,6 +935,17 @@ static int run_main(int argc, char **argv) {
                           sparse_ffn_num_sparse(&model.sp), L, last_nnz_mean);
             g_bench_res.nnz_mean = last_nnz_mean;
         }
+        g_bench_res.mj_per_token = NAN;
+        snprintf(g_bench_res.energy_src, sizeof g_bench_res.energy_src, "none");
+        double bench_j1 = 0;
+        const int e_steps = total_steps - start_step - 2;
+        if (bench_em && e_steps > 0 && energy_read(bench_em, &bench_j1) == 0) {
+            g_bench_res.mj_per_token = 1e3 * (bench_j1 - bench_j0) / ((double)tokens_per_step * e_steps);
+            snprintf(g_bench_res.energy_src, sizeof g_bench_res.energy_src, "%s",
+                     energy_source(bench_em) == ENERGY_COUNTER ? "counter" : "power_samples");
+            logger_printf(&lg, "bench: energy %.4f mJ/token over %d steps (%.1f J; %s)\n", g_bench_res.mj_per_token,
+                          e_steps, bench_j1 - bench_j0, energy_describe(bench_em));
+        }
         g_bench_res.done = 1;
         g_bench_res.synthetic_nnz = o.synthetic_nnz;
         g_bench_res.med_ms = med;
@@ -921,6 +958,7 @@ static int run_main(int argc, char **argv) {
         prof_print(&prof, stdout);
         if (lg.log) prof_print(&prof, lg.log);
     }
+    energy_close(bench_em);
     model.prof = NULL;
     prof_free(&prof);
     free(step_ms); free(step_prof); free(nnz); free(alive); free(in); free(tg); free(sw_ev); free(dead);
@@ -965,5 +1003,10 @@ int main(int argc, char **argv) {
            r[0].alloc_gib, r[1].med_ms, r[1].tok_per_ms, r[1].mem_used_gib, r[1].alloc_gib, r[1].nnz_mean,
            r[1].tok_per_ms / r[0].tok_per_ms, 100 * (r[1].mem_used_gib / r[0].mem_used_gib - 1),
            100 * (r[1].alloc_gib / r[0].alloc_gib - 1));
+    if (!isnan(r[0].mj_per_token) && !isnan(r[1].mj_per_token))
+        printf("bench-compare energy%s: dense FFN %.4f mJ/token | sparse FFN %.4f mJ/token | %+.1f%% (%s)\n",
+               r[1].synthetic_nnz > 0 ? " (SYNTHETIC sparsity)" : "", r[0].mj_per_token, r[1].mj_per_token,
+               100 * (r[1].mj_per_token / r[0].mj_per_token - 1), r[1].energy_src);
+    else printf("bench-compare energy: not measured (see the phases' \"bench: energy\" lines)\n");
     return 0;
 }

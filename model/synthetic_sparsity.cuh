@@ -1,6 +1,8 @@
 // model/synthetic_sparsity.cuh: calibrated SYNTHETIC FFN sparsity for whole-model timing on random weights
 // (train_gpt_relu --bench N --synthetic-nnz K). A random-init model fires ~half of its units; this makes every layer
-// fire about K units per token so that the sparse FFN path can be timed at the paper's sparsity without training.
+// fire about K units per token (or layer l about K_l: model_synthetic_sparsity_profile, with the profiles of
+// model/sparsity_profile.h) so that the sparse FFN path can be timed at the paper's sparsity without training.
+// infer --bench --synthetic-nnz uses it too (model/infer_synthetic.cuh).
 //
 // The trick (weights only, no change to any kernel): column 0 of the embedding is set to a constant A = 16 for every
 // token, so the residual stream carries a component along e_0 that dominates its other coordinates (those are
@@ -30,12 +32,16 @@ static inline double synth_probit(double p) {
     return 0.5 * (lo + hi);
 }
 
-// Calibrates every layer to about target_nnz non-zeros per token (random tokens from seed). Writes the measured
-// non-zeros per token per layer into nnz_out [L] (may be NULL); returns the largest relative error over the layers.
-static inline double model_synthetic_sparsity(Model *m, double target_nnz, uint64_t seed, double *nnz_out, FILE *log) {
+// Calibrates layer l to about targets[l] non-zeros per token (random tokens from seed; model/sparsity_profile.h makes
+// per-layer profiles). Writes the measured non-zeros per token per layer into nnz_out [L] (may be NULL); returns the
+// largest relative error over the layers.
+static inline double model_synthetic_sparsity_profile(Model *m, const double *targets, uint64_t seed, double *nnz_out,
+                                                      FILE *log) {
     const ModelConfig *c = &m->cfg;
     const int L = c->n_layer, F = c->d_ff, D = c->d_model, B = m->B, T = m->T, N = B * T;
-    if (!(target_nnz > 0 && target_nnz < F)) SLLM_FATAL("--synthetic-nnz %g must be in (0, d_ff=%d)", target_nnz, F);
+    for (int l = 0; l < L; l++)
+        if (!(targets[l] > 0 && targets[l] < F))
+            SLLM_FATAL("synthetic sparsity: layer %d target %g must be in (0, d_ff=%d)", l, targets[l], F);
     const ParamKind gate = c->gated ? PARAM_WG : PARAM_WU;
     const size_t eo = param_offset(&m->lay, PARAM_EMBED, 0);
     sp_set_column_kernel<<<CEIL_DIV(c->vocab_size, 256), 256, 0, m->stream>>>(m->params + eo, m->master ? m->master + eo : NULL,
@@ -45,7 +51,6 @@ static inline double model_synthetic_sparsity(Model *m, double target_nnz, uint6
     int *in = (int *)sllm_malloc((size_t)N * sizeof(int)), *tg = (int *)sllm_malloc((size_t)N * sizeof(int));
     Rng rng;
     rng_seed(&rng, seed);
-    const double zt = synth_probit(target_nnz / F);
     // one forward on a fresh random batch: the non-zeros per token of every layer into nnz
     auto measure = [&](void) {
         sparse_ffn_mark_stale(&m->sp);
@@ -61,6 +66,7 @@ static inline double model_synthetic_sparsity(Model *m, double target_nnz, uint6
         cudaCheckLaunch();
     };
     for (int l = 0; l < L; l++) {
+        const double target_nnz = targets[l], zt = synth_probit(target_nnz / F);
         double lo = 0, hi = -1, zlo = 0, zhi = 0, bb = 0.05;  // count(lo) > target > count(hi); hi < 0: not found yet
         for (int it = 0; it < 24; it++) {
             set_shift(l, bb);
@@ -81,19 +87,38 @@ static inline double model_synthetic_sparsity(Model *m, double target_nnz, uint6
         }
     }
     measure();  // all layers at their shifts, on another batch
-    double worst = 0;
+    double worst = 0, tmean = 0;
+    int uniform = 1;
     for (int l = 0; l < L; l++) {
-        const double e = fabs(nnz[l] - target_nnz) / target_nnz;
+        const double e = fabs(nnz[l] - targets[l]) / targets[l];
         if (e > worst) worst = e;
+        tmean += targets[l] / L;
+        uniform &= targets[l] == targets[0];
     }
     if (log) {
         fprintf(log, "synthetic sparsity: non-zeros/token per layer:");
         for (int l = 0; l < L; l++) fprintf(log, " %.1f", nnz[l]);
-        fprintf(log, " (target %.1f, worst %.1f%%)\n", target_nnz, 100 * worst);
+        if (uniform) fprintf(log, " (target %.1f, worst %.1f%%)\n", targets[0], 100 * worst);
+        else {
+            fprintf(log, " (targets");
+            for (int l = 0; l < L; l++) fprintf(log, " %.1f", targets[l]);
+            fprintf(log, ", mean %.1f, worst %.1f%%)\n", tmean, 100 * worst);
+        }
     }
     if (nnz_out) memcpy(nnz_out, nnz, (size_t)L * sizeof(double));
     model_reset_sparsity(m);
     free(nnz); free(alive); free(in); free(tg);
+    return worst;
+}
+
+// Every layer at target_nnz.
+static inline double model_synthetic_sparsity(Model *m, double target_nnz, uint64_t seed, double *nnz_out, FILE *log) {
+    const int L = m->cfg.n_layer, F = m->cfg.d_ff;
+    if (!(target_nnz > 0 && target_nnz < F)) SLLM_FATAL("--synthetic-nnz %g must be in (0, d_ff=%d)", target_nnz, F);
+    double *t = (double *)sllm_malloc((size_t)L * sizeof(double));
+    for (int l = 0; l < L; l++) t[l] = target_nnz;
+    const double worst = model_synthetic_sparsity_profile(m, t, seed, nnz_out, log);
+    free(t);
     return worst;
 }
 

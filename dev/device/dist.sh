@@ -106,21 +106,14 @@ el
 
 # ---- throughput, 0.5B, B 4 x T 2048 per GPU; peak memory per GPU sampled by nvidia-smi every 0.2 s
 echo "== bench"
-memwatch() { rm -f /tmp/mem.csv; nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 200 > /tmp/mem.csv & mwpid=$!; }
-memstop() { kill $mwpid 2>/dev/null; sleep 0.3
-  python3 -c "
-import collections; m = collections.defaultdict(int)
-for l in open('/tmp/mem.csv'):
-    p = l.split(',')
-    if len(p) == 2: m[int(p[0])] = max(m[int(p[0])], int(p[1]))
-print('   peak memory per GPU (nvidia-smi, MiB): ' + ', '.join('GPU%d %d' % (k, v) for k, v in sorted(m.items())))"; }
+. dev/device/gpu_mem.sh
 B05="--preset 0.5B --batch 4 --seq 2048 --bench 24"
 {
   [ -n "$OLD" ] && { echo "-- old trainer, 1 GPU"; "$OLD/build/train_gpt_relu" $B05 2>&1 | grep -E '^bench:|error'; }
-  echo "-- new, 1 rank"; memwatch; $BIN $B05 2>&1 | grep -E '^bench:|error|optimizer shard'; memstop
+  echo "-- new, 1 rank"; gpu_mem_start; $BIN $B05 2>&1 | grep -E '^bench:|error|optimizer shard'; gpu_mem_stop
   for n in 2 4; do
     [ "$n" -gt "$NG" ] && continue
-    echo "-- new, $n ranks"; memwatch; bash scripts/run_dist.sh $n $BIN $B05 2>&1 | grep -E '^bench:|error|optimizer shard|data parallel'; memstop
+    echo "-- new, $n ranks"; gpu_mem_start; bash scripts/run_dist.sh $n $BIN $B05 2>&1 | grep -E '^bench:|error|optimizer shard|data parallel'; gpu_mem_stop
     echo "-- new, $n ranks, --debug-no-reduce"; bash scripts/run_dist.sh $n $BIN $B05 --debug-no-reduce 2>&1 | grep -E '^bench:|error'
     echo "-- new, $n ranks, --grad-reduce owner"; bash scripts/run_dist.sh $n $BIN $B05 --grad-reduce owner 2>&1 | grep -E '^bench:|error'
   done

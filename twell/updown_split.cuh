@@ -3,7 +3,8 @@
 // per row, the down kernel none. On the H200 (M 65536, D 2048, F 5632, nnz 29) the up/down takes ~1.7 ms, ~90% of a
 // pure gather of the same rows (bench_ffn --gather: 1.58 ms, 9.8 TB/s), the floor of any token-major up/down.
 //
-//   up:    for every active (token m, unit n):  h[m, n] = g[m, n] * (x[m,:] . Wu[n,:])    (fp32, not rounded)
+//   up:    for every active (token m, unit n):  h[m, n] = bf16(g[m, n] * bf16(x[m,:] . Wu[n,:]))
+//          (u and h rounded to bf16 where the dense path rounds them: both paths compute the same function)
 //   down:  y[m,:] = sum over the token's active n of  h[m, n] * WdT[n,:]                 (fp32, bf16 once)
 //
 //   tw  uint32 [M, F/C] (twell/format.h)   X [M, D] bf16   Wu, WdT [F, D] bf16 (row n at Wu + n * D)
@@ -128,7 +129,9 @@ twell_split_up_kernel(const uint32_t *__restrict__ tw, const bf16 *__restrict__ 
         float u = 0.0f;
 #pragma unroll
         for (int w = 0; w < NW; w++) u += s_part[w * P + i];
-        prow[i] = make_uint2((uint32_t)s_col[i], __float_as_uint(s_g[i] * u));
+        // u and h rounded to bf16 as the dense path's GEMM output and h = bf16(relu(g) * u) are
+        const float h = __bfloat162float(__float2bfloat16_rn(s_g[i] * __bfloat162float(__float2bfloat16_rn(u))));
+        prow[i] = make_uint2((uint32_t)s_col[i], __float_as_uint(h));
     }
 }
 

@@ -516,6 +516,112 @@ static void test_all_full_and_all_zero(void **state) {
     twell_ffn_workspace_free(&ws);
 }
 
+// The sparse paths compute the dense path's function: u and h rounded to bf16 where the dense path rounds them.
+// Construction where every sum is exact in fp32 in any order, so any difference is a rounding that one path does
+// and the other does not: the gate as in problem_make (exact integers), Wu = k/64 with k in [-64, 64] on the
+// random columns (u exact in fp32, generally not a bf16 value), WdT one-hot (unit n -> column n; F == D): then
+// y[m, n] = bf16(relu(g) * bf16(u)) on every path, which the dense, the tile and the decode paths must give bit for
+// bit (an fp32 h, or an unrounded u, differs in most active elements).
+static void test_same_function(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    const int M = 200, D = 512, F = 512;
+    TwellFFNWorkspace ws;
+    assert_int_equal(twell_ffn_workspace_create(&ws, M, D, F, 8, 1), TWELL_OK);
+    for (int rows = M; rows >= 4; rows = rows == M ? 4 : 0) {  // the tile path (200 rows), the decode path (4)
+        Problem P;
+        problem_make(&P, rows, D, F, 8, 1, ROW_UNIFORM, 24, g_seed + 41 + rows);
+        Rng rng;
+        rng_seed(&rng, g_seed + 43 + rows);
+        for (int n = 0; n < F; n++)
+            for (int d = 0; d < D; d++)
+                P.Wu[(size_t)n * D + d] = d < 5 ? 0.0f : (float)((int)(rng_u64(&rng) % 129) - 64) / 64.0f;
+        P.WdT.assign((size_t)F * D, 0.0f);
+        for (int n = 0; n < F; n++) P.WdT[(size_t)n * D + n] = 1.0f;
+        upload_bf16(P.dWu, P.Wu.data(), P.Wu.size());
+        upload_bf16(P.dWdT, P.WdT.data(), P.WdT.size());
+        std::vector<uint16_t> want((size_t)rows * D);
+        long long active = 0, inexact_u = 0;
+        for (int m = 0; m < rows; m++)
+            for (int n = 0; n < F; n++) {
+                const float g = bf16r(P.pre[(size_t)m * F + n]);
+                float h = 0.0f;
+                if (g > 0) {
+                    double u = 0;
+                    for (int d = 0; d < D; d++) u += (double)P.X[(size_t)m * D + d] * P.Wu[(size_t)n * D + d];
+                    inexact_u += bf16r((float)u) != (float)u;
+                    h = bf16r(g * bf16r((float)u));
+                    active++;
+                }
+                const bf16 hb = __float2bfloat16_rn(h);
+                memcpy(&want[(size_t)m * D + n], &hb, 2);
+            }
+        assert_true(inexact_u > active / 2);  // the construction does exercise the rounding of u
+        const TwellPath paths[] = {TWELL_PATH_DENSE, TWELL_PATH_SPARSE};
+        for (int pi = 0; pi < 2; pi++) {
+            cudaCheck(cudaMemset(P.dY, 0xFF, sizeof(bf16) * (size_t)rows * D));
+            TwellFFNResult r;
+            assert_int_equal(twell_ffn_forward(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, rows, paths[pi], -1.0, &r, 0),
+                             TWELL_OK);
+            wait_or_die(0, 20.0, "same function");
+            std::vector<uint16_t> got((size_t)rows * D);
+            cudaCheck(cudaMemcpy(got.data(), P.dY, got.size() * 2, cudaMemcpyDeviceToHost));
+            long long diff = 0;
+            for (size_t i = 0; i < got.size(); i++) diff += got[i] != want[i];
+            const char *name = r.path == TWELL_PATH_DENSE ? "dense" : r.decode ? "decode" : "tile";
+            printf("    same function, %d rows, %lld active (%lld with u not a bf16 value): %s path, %lld of %zu "
+                   "elements differ from bf16(relu(g) * bf16(u))\n", rows, active, inexact_u, name, diff, got.size());
+            if (paths[pi] == TWELL_PATH_SPARSE) assert_int_equal(r.decode, rows <= ws.decode_rows ? 1 : 0);
+            assert_int_equal(diff, 0);
+        }
+        problem_free(&P);
+    }
+    twell_ffn_workspace_free(&ws);
+}
+
+// Workspaces sharing one set of buffers (the layers of infer): calls interleaved on one stream stay exact, each
+// layer keeps its own dispatch state, a borrower's larger cuBLASLt gate chunk grows the owner's scratch, and the
+// decode path runs on the shared decode scratch.
+static void test_shared_workspaces(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    const int M = 256, D = 128, F = 1024;
+    TwellFFNWorkspace own, bor, bad;
+    assert_int_equal(twell_ffn_workspace_create(&own, M, D, F, 8, 1), TWELL_OK);
+    assert_int_equal(twell_ffn_workspace_create_shared(&bor, &own), TWELL_OK);
+    assert_int_equal(twell_ffn_workspace_create_shared(&bad, &bor), TWELL_ERR_ARG);  // a borrower owns nothing
+    assert_int_equal(twell_ffn_workspace_create_shared(&bad, NULL), TWELL_ERR_ARG);
+    assert_true(bor.tw == own.tw && bor.dense.g == own.dense.g && bor.dec_g == own.dec_g);
+    assert_true(bor.counters != own.counters && bor.pack_stream != own.pack_stream);
+    Problem A, B, C;
+    problem_make(&A, M, D, F, 8, 1, ROW_UNIFORM, 8, g_seed + 31);    // sparse layer
+    problem_make(&B, M, D, F, 8, 1, ROW_UNIFORM, 200, g_seed + 32);  // dense-ish layer
+    problem_make(&C, 4, D, F, 8, 1, ROW_MIX, 0, g_seed + 33);        // decode-sized call
+    for (int it = 0; it < 3; it++) {
+        TwellFFNResult ra = check_ffn(&A, &own, TWELL_PATH_AUTO, -1, "shared: owner, sparse layer");
+        TwellFFNResult rb = check_ffn(&B, &bor, TWELL_PATH_AUTO, -1, "shared: borrower, dense-ish layer");
+        assert_int_equal(ra.path, TWELL_PATH_SPARSE);
+        assert_int_equal(rb.path, it == 0 ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE);  // measures, then dense
+    }
+    assert_true(own.last_mean_nnz < 20 && bor.last_mean_nnz > 100);
+    // The cuBLASLt gate on the borrower, in 2 chunks of 128 rows: the owner's scratch is made for it.
+    bor.gate_variant = TWELL_GATE_CUBLAS;
+    assert_int_equal(twell_ffn_set_gate_chunk(&bor, 128), TWELL_OK);
+    check_gate(&A, &bor);
+    check_ffn(&A, &bor, TWELL_PATH_SPARSE, -1, "shared: borrower, cuBLASLt gate");
+    assert_true(own.gate_scratch_rows >= 128 && bor.gate_scratch[0] == own.gate_scratch[0]);
+    own.gate_variant = TWELL_GATE_CUBLAS;
+    check_ffn(&B, &own, TWELL_PATH_SPARSE, -1, "shared: owner, cuBLASLt gate");
+    if (bor.decode_rows >= C.M) {
+        TwellFFNResult rc = check_ffn(&C, &bor, TWELL_PATH_SPARSE, -1, "shared: borrower, decode");
+        assert_int_equal(rc.decode, 1);
+        check_ffn(&C, &own, TWELL_PATH_SPARSE, -1, "shared: owner, decode");
+    }
+    problem_free(&A); problem_free(&B); problem_free(&C);
+    twell_ffn_workspace_free(&bor);
+    twell_ffn_workspace_free(&own);
+}
+
 // Dispatch: a dense-ish layer goes dense after one measuring call; a hint decides directly.
 static void test_dispatch(void **state) {
     (void)state;
@@ -1067,7 +1173,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_all_full_and_all_zero),
         cmocka_unit_test(test_gated_mixed_rows),    cmocka_unit_test(test_nongated_mixed_rows),
         cmocka_unit_test(test_uniform_nnz),
-        cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_dispatch),           cmocka_unit_test(test_shared_workspaces),
+        cmocka_unit_test(test_same_function),
         cmocka_unit_test(test_dispatch_model),      cmocka_unit_test(test_calibrate),
         cmocka_unit_test(test_decode),              cmocka_unit_test(test_decode_graph),
         cmocka_unit_test(test_decode_pdl),

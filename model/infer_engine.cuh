@@ -22,8 +22,10 @@
 // path with its graph model (twell/ffn.cuh), and that choice stays for the graph's life. Graphs are used when no FFN call
 // of a step can need a host sync: the dense mode, or B <= the TwELL decode path's rows (64).
 // AUTO calibration (calibrate = 1): the first call of a layer with >= INFER_CALIBRATE_MIN_ROWS rows fits that layer's
-// tile-path dispatch model on its own input (twell_ffn_calibrate): the built-in model is fitted at D 2048, F 5632,
-// M 65536 on the H200, and small models or short prompts shift the crossover.
+// tile-path dispatch model on its own input (twell_ffn_calibrate; where every active unit is in an overflow row there
+// is nothing to fit and the measured sparse / dense ratio decides): the built-in model is fitted at D 2048, F 5632,
+// M 65536 on the H200, and small models or short prompts shift the crossover. AUTO's dense calls run the dense mode's
+// kernels (block_ffn_dense), so a layer that AUTO keeps dense costs what it costs in --ffn dense.
 // FFN statistics: the dense mode counts active gates per layer on the device (ffn_forward's counters); the TwELL modes
 // keep each layer's TwellFFNResult counts (path taken, overflow rows, mean active gates where measured).
 #ifndef SLLM_INFER_ENGINE_CUH
@@ -293,7 +295,28 @@ static inline void infer_ffn(Infer *m, const BlockShape *bs, const LayerWeights 
         }
     }
     TwellFFNResult r;
-    const TwellPath path = m->ffn == INFER_FFN_SPARSE ? TWELL_PATH_SPARSE : TWELL_PATH_AUTO;
+    TwellPath path = TWELL_PATH_SPARSE;
+    if (m->ffn == INFER_FFN_AUTO) {
+        // AUTO's dense calls run the dense engine's FFN (one batched gate/up GEMM, the down GEMM on wd), the same
+        // kernels as --ffn dense, counted for the dispatch through the workspace's counter
+        const int capturing = twell_capturing(s);
+        path = twell_ffn_choose(ws, N, TWELL_PATH_AUTO, -1.0, capturing);
+        if (path == TWELL_PATH_DENSE) {
+            // in chunks of the workspace's dense scratch: gu [2, rows, F] packed in dense.g (u follows g), h in place
+            unsigned long long *cnt = twell_ffn_count_begin(ws, capturing, s);
+            const FFNStats fs = {m->l1_part, cnt, m->fired + (size_t)l * F};
+            const int cr = ws->dense.chunk_rows;
+            for (int r0 = 0; r0 < N; r0 += cr) {
+                const int rows = N - r0 < cr ? N - r0 : cr;
+                block_ffn_dense(&m->mm, bs, w, m->y + (size_t)r0 * D, ws->dense.g, ws->dense.g, m->ln + (size_t)r0 * D,
+                                rows, &fs, NULL, s);
+            }
+            twell_ffn_count_end(ws, cnt, N, s);
+            twell_ffn_note_dense(ws);
+            st->calls_dense++;
+            return;
+        }
+    }
     int e = twell_ffn_forward(&m->mm, ws, m->ln, Wg, Wu, WdT, m->y, N, path, -1.0, &r, s);
     if (e) SLLM_FATAL("infer: the TwELL FFN of layer %d failed (error %d, above)", l, e);
     if (r.path == TWELL_PATH_DENSE) st->calls_dense++;

@@ -46,7 +46,8 @@ static inline int twell_grid_for(long long work, int threads) {
     return (int)(b < 1 ? 1 : b);
 }
 
-// Scratch for the dense FFN: xg [chunk, D], g [chunk, F], u [chunk, F], yg [chunk, D].
+// Scratch for the dense FFN: xg [chunk, D], g [chunk, F], u [chunk, F], yg [chunk, D]. The workspace allocates g and u
+// as one [2, chunk, F] buffer (u = g + chunk * F).
 typedef struct {
     int chunk_rows;
     bf16 *xg, *g, *u, *yg;

@@ -90,7 +90,7 @@
 
 typedef struct {
     double s0, s1, fovf, margin;
-    int calibrated;  // 1 after twell_ffn_calibrate
+    int calibrated;  // 1 after twell_ffn_calibrate fitted it, 2 when it measured one ratio (nothing to fit), -1 failed
     double sm, sn;   // the decode model only: per row of the call, per active unit of a row (TWELL_DECODE_*)
     double sg4;      // the decode model only: the step at M > 32 (a 4-tile gate)
 } TwellDispatchModel;
@@ -239,8 +239,10 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     size_t cr = (size_t)ws->dense.chunk_rows;
     cudaCheck(cudaMalloc(&ws->dense.xg, sizeof(bf16) * cr * D));
     cudaCheck(cudaMalloc(&ws->dense.yg, sizeof(bf16) * cr * D));
-    cudaCheck(cudaMalloc(&ws->dense.g, sizeof(bf16) * cr * F));
-    cudaCheck(cudaMalloc(&ws->dense.u, sizeof(bf16) * cr * F));
+    // g and u in one allocation, u right after g: [2, chunk_rows, F] is also the packed gu of core/ffn.cuh, so a
+    // caller's own dense FFN (infer's AUTO) can run the model's batched gate/up GEMM in it, chunk by chunk
+    cudaCheck(cudaMalloc(&ws->dense.g, sizeof(bf16) * 2 * cr * F));
+    ws->dense.u = ws->dense.g + cr * F;
     // The decode path takes F <= TWELL_DEC_MAX_F (twell_decode_forward); past that every sparse call runs the tile path.
     ws->dec_alloc_rows = F > TWELL_DEC_MAX_F ? 0 : max_M < TWELL_DECODE_MAX_M ? max_M : TWELL_DECODE_MAX_M;
     ws->decode_rows = ws->dec_alloc_rows;
@@ -401,7 +403,7 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
     cudaCheck(cudaStreamSynchronize(ws->pack_stream));
     cudaCheck(cudaStreamDestroy(ws->pack_stream));
     cudaCheck(cudaFree(ws->dense.xg)); cudaCheck(cudaFree(ws->dense.yg));
-    cudaCheck(cudaFree(ws->dense.g)); cudaCheck(cudaFree(ws->dense.u));
+    cudaCheck(cudaFree(ws->dense.g));  // u lies in the same allocation
     cudaCheck(cudaFree(ws->dec_g)); cudaCheck(cudaFree(ws->dec_cnt)); cudaCheck(cudaFree(ws->dec_ent));
     memset(ws, 0, sizeof(*ws));
 }
@@ -518,6 +520,60 @@ static inline TwellPath twell_dispatch_decide(const TwellDispatchModel *m, doubl
     return twell_dispatch_decide_ratio(m, twell_dispatch_predict(m, mean_nnz, ovf_frac), prev);
 }
 
+static inline int twell_capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaCheck(cudaStreamIsCapturing(stream, &cap));
+    return cap != cudaStreamCaptureStatusNone;
+}
+
+// The path a call of M rows takes: `path` itself unless it is AUTO. AUTO first picks up the dense / decode path's
+// count of an earlier call if its copy has landed (never waits; not under capture), then decides: sparse while
+// nothing is known (the sparse path measures), else the decode model (M <= decode_rows; the graph one under capture)
+// or the tile model with hysteresis, on nnz_hint when >= 0, else on the last measured count. Under stream capture (a
+// CUDA graph) only the paths without a host sync may run (decode, dense); they skip their count read-back there, and
+// the dispatch uses the estimate it has. twell_ffn_forward calls it; a caller that runs its own dense FFN when AUTO
+// picks dense calls it first (then twell_ffn_count_begin / _end around that FFN, or twell_ffn_forward with the path).
+static inline TwellPath twell_ffn_choose(TwellFFNWorkspace *ws, int M, TwellPath path, double nnz_hint, int capturing) {
+    if (ws->dense_nnz_pending && !capturing) {
+        cudaError_t q = cudaEventQuery(ws->dense_nnz_ready);
+        if (q == cudaSuccess) {
+            twell_take_count(ws);
+        } else if (q != cudaErrorNotReady) {
+            cudaCheck(q);
+        }
+    }
+    if (path != TWELL_PATH_AUTO) return path;
+    if (nnz_hint < 0 && ws->last_mean_nnz < 0) return TWELL_PATH_SPARSE;  // unknown: run sparse, which measures
+    if (M <= ws->decode_rows) {  // its own model (M and nnz; no overflow rows), the graph one under capture
+        const TwellDispatchModel *dm = capturing ? &ws->dec_model_graph : &ws->dec_model;
+        return twell_dispatch_decide_ratio(dm, twell_decode_predict(dm, M, nnz_hint >= 0 ? nnz_hint : ws->last_mean_nnz),
+                                           ws->last_path);
+    }
+    if (nnz_hint >= 0) return twell_dispatch_decide(&ws->model, nnz_hint, 0.0, ws->last_path);  // no overflow assumed
+    return twell_dispatch_decide(&ws->model, ws->last_mean_nnz * ws->last_sparse_share, ws->last_ovf_frac,
+                                 ws->last_path);
+}
+
+// The active-gate count of a call on a path without a host sync (dense, decode, or the caller's own dense FFN):
+// count_begin returns the zeroed device counter to pass to the kernels, or NULL (under capture, or while the copy of
+// an earlier count has not landed: back-to-back calls, e.g. the layers of a decoding step, are then plain launches);
+// count_end issues its copy back, read at a later call (twell_ffn_choose). A caller's own dense FFN then ends with
+// twell_ffn_note_dense.
+static inline unsigned long long *twell_ffn_count_begin(TwellFFNWorkspace *ws, int capturing, cudaStream_t stream) {
+    if (capturing || ws->dense_nnz_pending) return NULL;
+    cudaCheck(cudaMemsetAsync(ws->dense_nnz, 0, sizeof(unsigned long long), stream));
+    return ws->dense_nnz;
+}
+static inline void twell_ffn_count_end(TwellFFNWorkspace *ws, unsigned long long *counter, int M, cudaStream_t stream) {
+    if (!counter) return;
+    cudaCheck(cudaMemcpyAsync(ws->dense_nnz_host, counter, sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaEventRecord(ws->dense_nnz_ready, stream));
+    ws->dense_nnz_pending = 1;
+    ws->dense_nnz_pending_M = M;
+}
+// After a caller's own dense FFN of M rows (counted through count_begin / count_end): the hysteresis state.
+static inline void twell_ffn_note_dense(TwellFFNWorkspace *ws) { ws->last_path = TWELL_PATH_DENSE; }
+
 static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *Wg,
                                     const bf16 *Wu, const bf16 *WdT, bf16 *Y, int M, TwellPath path, double nnz_hint,
                                     TwellFFNResult *res, cudaStream_t stream) {
@@ -542,36 +598,9 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         fprintf(stderr, "error: twell_ffn_forward: unknown path %d\n", (int)path);
         return TWELL_ERR_ARG;
     }
-    // Under stream capture (a CUDA graph) only the paths without a host sync run (decode, dense); they skip their
-    // count read-back there, and the dispatch uses the estimate it has.
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    cudaCheck(cudaStreamIsCapturing(stream, &cap));
-    const int capturing = cap != cudaStreamCaptureStatusNone;
-    // Pick up the dense / decode path's nnz count of an earlier call. Never waits: if the copy is not done yet, the
-    // older estimate is used.
-    if (ws->dense_nnz_pending && !capturing) {
-        cudaError_t q = cudaEventQuery(ws->dense_nnz_ready);
-        if (q == cudaSuccess) {
-            twell_take_count(ws);
-        } else if (q != cudaErrorNotReady) {
-            cudaCheck(q);
-        }
-    }
+    const int capturing = twell_capturing(stream);
     const int decode = M <= ws->decode_rows;
-    if (path == TWELL_PATH_AUTO) {
-        if (nnz_hint < 0 && ws->last_mean_nnz < 0)  // unknown: run sparse, which measures
-            path = TWELL_PATH_SPARSE;
-        else if (decode) {  // its own model (M and nnz; no overflow rows), the graph one under capture
-            const TwellDispatchModel *dm = capturing ? &ws->dec_model_graph : &ws->dec_model;
-            path = twell_dispatch_decide_ratio(
-                dm, twell_decode_predict(dm, M, nnz_hint >= 0 ? nnz_hint : ws->last_mean_nnz), ws->last_path);
-        }
-        else if (nnz_hint >= 0)  // the caller's estimate decides alone (no overflow assumed)
-            path = twell_dispatch_decide(&ws->model, nnz_hint, 0.0, ws->last_path);
-        else
-            path = twell_dispatch_decide(&ws->model, ws->last_mean_nnz * ws->last_sparse_share, ws->last_ovf_frac,
-                                         ws->last_path);
-    }
+    path = twell_ffn_choose(ws, M, path, nnz_hint, capturing);
     const bf16 *W1 = ws->gated ? Wg : Wu;
     if (capturing && path == TWELL_PATH_SPARSE && !decode) {
         fprintf(stderr, "error: twell_ffn_forward: the tile path (M=%d > decode_rows=%d) synchronizes the host and "
@@ -585,8 +614,7 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     // decoding step) are then plain kernel launches, which the decode path's programmatic launches can overlap, and the
     // estimate is the count of the newest call whose copy was issued.
     const int no_sync = path == TWELL_PATH_DENSE || decode;
-    unsigned long long *async_nnz = capturing || !no_sync || ws->dense_nnz_pending ? NULL : ws->dense_nnz;
-    if (async_nnz) cudaCheck(cudaMemsetAsync(async_nnz, 0, sizeof(unsigned long long), stream));
+    unsigned long long *async_nnz = no_sync ? twell_ffn_count_begin(ws, capturing, stream) : NULL;
     if (path == TWELL_PATH_SPARSE && decode) {
         int e = twell_decode_forward(X, Wg, Wu, WdT, Y, M, ws->D, ws->F, ws->gated, ws->dec_g, ws->dec_cnt,
                                      ws->dec_ent, async_nnz, ws->dec_pdl, stream, ws->dec_gate_warps);
@@ -623,26 +651,26 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         ws->last_mean_nnz = r.mean_nnz;
         ws->last_ovf_frac = (double)n_ovf / (double)M;
     }
-    if (async_nnz) {
-        cudaCheck(cudaMemcpyAsync(ws->dense_nnz_host, async_nnz, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
-                                  stream));
-        cudaCheck(cudaEventRecord(ws->dense_nnz_ready, stream));
-        ws->dense_nnz_pending = 1;
-        ws->dense_nnz_pending_M = M;
-    }
+    twell_ffn_count_end(ws, async_nnz, M, stream);
     ws->last_path = r.path;
     if (res) *res = r;
     return TWELL_OK;
 }
 
-// Measures the dispatch model on the caller's data (X: M rows of real activations) and this GPU:
-// times the dense FFN, the gate (-> TwELL), the up/down on that TwELL and the up/down on an EMPTY TwELL
-// (all counts 0: the fixed cost of reading X and writing Y), each the median of `reps` runs, then
-//   s0 = (gate + updown_empty) / dense,  s1 = (updown - updown_empty) / (mean_nnz * dense).
-// Overwrites Y. Blocking (events + syncs): call once at start-up, not per step. Returns TWELL_OK and
-// sets ws->model (model.calibrated = 1); on failure (an error code) the model is unchanged. The
-// dispatch state (last nnz / path) is reset. Wg may be NULL when !gated. It fits the TILE path's model (ws->model):
-// the decode path is off during the measurement, and its model (ws->dec_model) keeps the TWELL_DECODE_* defaults.
+// Measures the dispatch model on the caller's data (X: M rows of real activations) and this GPU: times the dense FFN,
+// the gate (-> TwELL), the up/down on that TwELL, the up/down on an EMPTY TwELL (all counts 0: the fixed cost of
+// reading X and writing Y) and the whole sparse call (gate, up/down, host sync, dense fallback of the overflow
+// rows), each the median of `reps` runs, then
+//   s0 = (gate + updown_empty) / dense,  s1 = (updown - updown_empty) / (sparse_nnz * dense)
+// (sparse_nnz: the active units per token in rows the up/down computed), and anchors the model on the whole call's
+// measured ratio R = sparse / dense: with overflow rows (over 1% of M) fovf takes the rest, R - s0 - s1 * sparse_nnz
+// per overflow fraction (at least 0); without, s0 moves so the model passes through R (the sync and the counters).
+// When every active unit is in an overflow row (small d_ff, dense layers) there is nothing to fit: the model becomes
+// the measured ratio alone (s0 = R, s1 = fovf = 0; model.calibrated = 2), so AUTO follows what was measured.
+// Overwrites Y. Blocking (events + syncs): call once at start-up, not per step. Returns TWELL_OK and sets ws->model
+// (model.calibrated 1 or 2); on failure (an error code) the model is unchanged. The dispatch state (last nnz / path)
+// is reset. Wg may be NULL when !gated. It fits the TILE path's model (ws->model): the decode path is off during the
+// measurement, and its model (ws->dec_model) keeps the TWELL_DECODE_* defaults.
 static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, const bf16 *X, const bf16 *Wg,
                                       const bf16 *Wu, const bf16 *WdT, bf16 *Y, int M, int reps, cudaStream_t stream) {
     if (reps < 1) reps = 1;
@@ -653,13 +681,13 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     const bf16 *W1 = ws->gated ? Wg : Wu;
-    float t[4];  // dense, gate, updown, updown_empty
+    float t[5];  // dense, gate, updown, updown_empty, the whole sparse call
     TwellFFNResult r;
     memset(&r, 0, sizeof r);
     r.n_overflow = -1;
     r.mean_nnz = -1.0;
     int err = twell_ffn_forward(mm, ws, X, Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, &r, stream);  // warm + nnz
-    for (int which = 0; which < 4 && !err; which++) {
+    for (int which = 0; which < 5 && !err; which++) {
         float v[64];
         for (int i = -1; i < reps && !err; i++) {  // i = -1: warm-up
             if (which == 3) {  // empty TwELL
@@ -672,6 +700,8 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
                 if (which == 0)
                     err = twell_ffn_forward(mm, ws, X, Wg, Wu, WdT, Y, M, TWELL_PATH_DENSE, -1, NULL, stream);
                 else if (which == 1) err = twell_gate_forward(mm, ws, X, W1, M, stream);
+                else if (which == 4)
+                    err = twell_ffn_forward(mm, ws, X, Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, stream);
                 else err = twell_ffn_updown(ws, X, Wu, WdT, Y, M, stream);
             }
             cudaCheck(cudaEventRecord(e1, stream));
@@ -689,17 +719,28 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
     ws->decode_rows = decode_rows;
     if (err) return err;
     const double sparse_nnz = r.mean_nnz * ws->last_sparse_share;  // per token, in rows the up/down computed
-    if (!(t[0] > 0) || !(sparse_nnz > 0)) {
-        fprintf(stderr, "error: twell_ffn_calibrate: nothing to fit (dense %.4f ms, mean nnz %.2f of which %.2f in rows "
-                        "the sparse up/down computes): model unchanged\n", t[0], r.mean_nnz, sparse_nnz);
+    if (!(t[0] > 0) || !(t[4] > 0)) {
+        fprintf(stderr, "error: twell_ffn_calibrate: no time measured (dense %.4f ms, sparse %.4f ms): model unchanged\n",
+                t[0], t[4]);
         return TWELL_ERR_ARG;
     }
-    double s0 = (t[1] + t[3]) / t[0];
-    double s1 = (t[2] - t[3]) / (sparse_nnz * t[0]);
-    if (s1 < 1e-6) s1 = 1e-6;
+    const double R = t[4] / t[0];
+    const double ovf = r.n_overflow > 0 ? (double)r.n_overflow / M : 0.0;
+    double s0 = R, s1 = 0.0, fovf = 0.0;
+    int kind = 2;
+    if (sparse_nnz > 0) {
+        s0 = (t[1] + t[3]) / t[0];
+        s1 = (t[2] - t[3]) / (sparse_nnz * t[0]);
+        if (s1 < 1e-6) s1 = 1e-6;
+        const double rest = R - s0 - s1 * sparse_nnz;
+        if (ovf > 0.01) fovf = rest > 0 ? rest / ovf : 0.0;
+        else s0 += rest;
+        kind = 1;
+    }
     ws->model.s0 = s0;
     ws->model.s1 = s1;
-    ws->model.calibrated = 1;
+    ws->model.fovf = fovf;
+    ws->model.calibrated = kind;
     ws->last_mean_nnz = -1.0;
     ws->last_ovf_frac = 0.0;
     ws->last_path = 0;

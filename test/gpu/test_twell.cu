@@ -705,6 +705,19 @@ static void test_calibrate(void **state) {
     check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto after calibrate");
     check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto after calibrate (2)");
     problem_free(&P);
+    // Every row overflows: nothing to fit, the measured ratio becomes the model (the sparse call is the gate plus the
+    // whole dense FFN: slower than dense), and AUTO goes dense after its measuring call.
+    problem_make(&P, M, D, F, 8, 1, ROW_ALL_FULL, 0, g_seed + 12);
+    assert_int_equal(twell_ffn_calibrate(&g_mm, &ws, P.dX, P.dW1, P.dWu, P.dWdT, P.dY, M, 3, 0), TWELL_OK);
+    printf("    calibrated (every row overflows): measured ratio %.3f\n", ws.model.s0);
+    assert_int_equal(ws.model.calibrated, 2);
+    assert_true(ws.model.s1 == 0.0 && ws.model.fovf == 0.0);
+    assert_true(ws.model.s0 > 1.0 + ws.model.margin);
+    TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto, every row overflows");
+    assert_int_equal(r.path, TWELL_PATH_SPARSE);  // nothing known yet: measures
+    r = check_ffn(&P, &ws, TWELL_PATH_AUTO, -1, "auto, every row overflows (2)");
+    assert_int_equal(r.path, TWELL_PATH_DENSE);
+    problem_free(&P);
     twell_ffn_workspace_free(&ws);
 }
 

@@ -303,7 +303,7 @@ static inline void infer_ffn(Infer *m, const BlockShape *bs, const LayerWeights 
         path = twell_ffn_choose(ws, N, TWELL_PATH_AUTO, -1.0, capturing);
         if (path == TWELL_PATH_DENSE) {
             // in chunks of the workspace's dense scratch: gu [2, rows, F] packed in dense.g (u follows g), h in place
-            unsigned long long *cnt = twell_ffn_count_begin(ws, capturing, s);
+            unsigned long long *cnt = twell_ffn_count_begin(ws, capturing, 1, s);
             const FFNStats fs = {m->l1_part, cnt, m->fired + (size_t)l * F};
             const int cr = ws->dense.chunk_rows;
             for (int r0 = 0; r0 < N; r0 += cr) {

@@ -63,6 +63,10 @@
 #define TWELL_DISPATCH_S1 0.008670
 #define TWELL_DISPATCH_FOVF 1.2
 #define TWELL_DISPATCH_MARGIN 0.03
+// A dense call's active-gate count costs a memset, a copy back and an event (~6 us per call: 2-3% of the prefill of a
+// d_model 512 model); while a layer stays dense its count moves slowly, so the first dense call and then every
+// TWELL_DENSE_COUNT_EVERY-th are counted.
+#define TWELL_DENSE_COUNT_EVERY 8
 // The decode path's model (M <= decode_rows): predicted decode / dense = s0 + s1 * M * nnz + sm * M + sn * nnz
 // + sg4 * [the gate takes 4 row tiles: M > 32] (twell_decode_predict; nnz = mean active units per row): at a few rows
 // the dense FFN's time hardly depends on M (it reads the weights once); the decode path pays a fixed cost (the gate
@@ -122,6 +126,7 @@ typedef struct TwellFFNWorkspaceTag {
     unsigned long long *dense_nnz_host;  // pinned
     cudaEvent_t dense_nnz_ready;
     int dense_nnz_pending, dense_nnz_pending_M;
+    unsigned dense_calls;  // dense calls so far: every TWELL_DENSE_COUNT_EVERY-th one is counted
     bf16 *gate_scratch[2];        // 2 x [gate_scratch_rows, F]: the cuBLASLt gate's GEMM output
     uint32_t *gate_mask[2];       // 2 x [gate_scratch_rows, F/32]: its ReLU bit-masks
     int gate_mask_failed;         // cuBLASLt had no algorithm for the mask epilogue: the plain GEMM + full pack run
@@ -275,6 +280,7 @@ static inline int twell_ffn_workspace_create_shared(TwellFFNWorkspace *ws, Twell
     ws->split_last_heavy = -1;
     ws->dense_nnz_pending = 0;
     ws->dense_nnz_pending_M = 0;
+    ws->dense_calls = 0;
     cudaCheck(cudaMalloc(&ws->counters, sizeof(TwellCounters)));
     cudaCheck(cudaMallocHost(&ws->counters_host, sizeof(TwellCounters)));
     cudaCheck(cudaMalloc(&ws->dense_nnz, sizeof(unsigned long long)));
@@ -555,12 +561,16 @@ static inline TwellPath twell_ffn_choose(TwellFFNWorkspace *ws, int M, TwellPath
 }
 
 // The active-gate count of a call on a path without a host sync (dense, decode, or the caller's own dense FFN):
-// count_begin returns the zeroed device counter to pass to the kernels, or NULL (under capture, or while the copy of
-// an earlier count has not landed: back-to-back calls, e.g. the layers of a decoding step, are then plain launches);
+// count_begin returns the zeroed device counter to pass to the kernels, or NULL (under capture; for dense calls
+// (dense = 1) all but every TWELL_DENSE_COUNT_EVERY-th; or while the copy of an earlier count has not landed:
+// back-to-back calls, e.g. the layers of a decoding step, are then plain launches);
 // count_end issues its copy back, read at a later call (twell_ffn_choose). A caller's own dense FFN then ends with
 // twell_ffn_note_dense.
-static inline unsigned long long *twell_ffn_count_begin(TwellFFNWorkspace *ws, int capturing, cudaStream_t stream) {
-    if (capturing || ws->dense_nnz_pending) return NULL;
+static inline unsigned long long *twell_ffn_count_begin(TwellFFNWorkspace *ws, int capturing, int dense,
+                                                        cudaStream_t stream) {
+    if (capturing) return NULL;
+    if (dense && ws->dense_calls++ % TWELL_DENSE_COUNT_EVERY != 0) return NULL;  // sampled (TWELL_DENSE_COUNT_EVERY)
+    if (ws->dense_nnz_pending) return NULL;
     cudaCheck(cudaMemsetAsync(ws->dense_nnz, 0, sizeof(unsigned long long), stream));
     return ws->dense_nnz;
 }
@@ -614,7 +624,7 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     // decoding step) are then plain kernel launches, which the decode path's programmatic launches can overlap, and the
     // estimate is the count of the newest call whose copy was issued.
     const int no_sync = path == TWELL_PATH_DENSE || decode;
-    unsigned long long *async_nnz = no_sync ? twell_ffn_count_begin(ws, capturing, stream) : NULL;
+    unsigned long long *async_nnz = no_sync ? twell_ffn_count_begin(ws, capturing, path == TWELL_PATH_DENSE, stream) : NULL;
     if (path == TWELL_PATH_SPARSE && decode) {
         int e = twell_decode_forward(X, Wg, Wu, WdT, Y, M, ws->D, ws->F, ws->gated, ws->dec_g, ws->dec_cnt,
                                      ws->dec_ent, async_nnz, ws->dec_pdl, stream, ws->dec_gate_warps);
@@ -741,6 +751,7 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
     ws->model.s1 = s1;
     ws->model.fovf = fovf;
     ws->model.calibrated = kind;
+    ws->dense_calls = 0;
     ws->last_mean_nnz = -1.0;
     ws->last_ovf_frac = 0.0;
     ws->last_path = 0;

@@ -4,8 +4,8 @@
 # Cases: the quick start's checkpoint; the L1 sweep's lambda 0, 1e-4 and 3e-4 checkpoints (scripts/l1_sweep.sh); the
 # 0.5B and 2B presets at SYNTHETIC 8, 29, 64 and 128 non-zeros per token and with random weights (about half the gates
 # active). Each case is one `build/infer --bench` (dense, sparse and auto in one process); $OUT/auto.md is the table
-# (auto / the faster path, per phase), $OUT/auto_raw.tar.gz every infer output. Also runs gpu_test_twell and
-# gpu_test_infer first, and greedy_same.sh on the sweep's checkpoints.
+# (auto / the faster path, per phase), $OUT/auto_raw.tar.gz every infer output. Also runs gpu_test_twell,
+# gpu_test_infer and gpu_test_mc_eval first, and greedy_same.sh on the sweep's checkpoints.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 T0=$(date +%s)
@@ -13,10 +13,10 @@ el() { echo "[$(( $(date +%s) - T0 )) s]"; }
 exec > >(tee "$OUT/auto_main.log") 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 [ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
-make -j"$(nproc)" build/infer build/train_gpt_relu build/gpu_test_twell build/gpu_test_infer > /tmp/auto_build.log 2>&1 \
+make -j"$(nproc)" build/infer build/train_gpt_relu build/gpu_test_twell build/gpu_test_infer build/gpu_test_mc_eval > /tmp/auto_build.log 2>&1 \
   || { tail -30 /tmp/auto_build.log; exit 1; }
 el; echo "built"
-for t in gpu_test_twell gpu_test_infer; do
+for t in gpu_test_twell gpu_test_infer gpu_test_mc_eval; do
   ./build/$t > "/tmp/$t.txt" 2>&1; echo "$t rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' /tmp/$t.txt | tr '\n' ' ')"
 done
 grep -E "calibrated|FAILED|ERROR" /tmp/gpu_test_twell.txt | head

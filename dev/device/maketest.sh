@@ -15,4 +15,4 @@ source dev/device/nccl_env.sh
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" 2>&1 | tail -1
 timeout -k 5 "${MT_TIMEOUT:-560}" make -j"$(nproc)" "${extra[@]}" test > "$OUT/maketest.txt" 2>&1
 echo "make test rc=$?"; el
-grep -E "^tests:|^failing|^\[  FAILED  \]|^\[  SKIPPED \]|^\[  SKIPPED \] |  <-- FAIL" "$OUT/maketest.txt" | head -40
+grep -E "^tests:|^failing|^\[  FAILED  \]|^\[  SKIPPED \]|  <-- FAIL" "$OUT/maketest.txt" | head -40

@@ -192,6 +192,35 @@ static inline void twell_ffn_split_alloc(TwellFFNWorkspace *ws) {
     }
 }
 
+// The objects every workspace has of its own, borrower or not: the counters (device + pinned), the async count, the
+// events and the side stream.
+static inline void twell_ffn_own_create(TwellFFNWorkspace *ws) {
+    cudaCheck(cudaMalloc(&ws->counters, sizeof(TwellCounters)));
+    cudaCheck(cudaMallocHost(&ws->counters_host, sizeof(TwellCounters)));
+    cudaCheck(cudaMalloc(&ws->dense_nnz, sizeof(unsigned long long)));
+    cudaCheck(cudaMallocHost(&ws->dense_nnz_host, sizeof(unsigned long long)));
+    cudaCheck(cudaEventCreateWithFlags(&ws->dense_nnz_ready, cudaEventDisableTiming));
+    for (int b = 0; b < 2; b++) {
+        cudaCheck(cudaEventCreateWithFlags(&ws->ev_gemm[b], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&ws->ev_pack[b], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&ws->ev_split[b], cudaEventDisableTiming));
+    }
+    cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
+}
+static inline void twell_ffn_own_free(TwellFFNWorkspace *ws) {
+    if (ws->dense_nnz_pending) cudaCheck(cudaEventSynchronize(ws->dense_nnz_ready));
+    cudaCheck(cudaStreamSynchronize(ws->pack_stream));
+    cudaCheck(cudaStreamDestroy(ws->pack_stream));
+    cudaCheck(cudaFree(ws->counters)); cudaCheck(cudaFreeHost(ws->counters_host));
+    cudaCheck(cudaFree(ws->dense_nnz)); cudaCheck(cudaFreeHost(ws->dense_nnz_host));
+    cudaCheck(cudaEventDestroy(ws->dense_nnz_ready));
+    for (int b = 0; b < 2; b++) {
+        cudaCheck(cudaEventDestroy(ws->ev_gemm[b]));
+        cudaCheck(cudaEventDestroy(ws->ev_pack[b]));
+        cudaCheck(cudaEventDestroy(ws->ev_split[b]));
+    }
+}
+
 // Allocates everything for up to max_M tokens. Returns TWELL_OK or an error (message printed).
 static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, int D, int F, int C, int gated) {
     memset(ws, 0, sizeof(*ws));
@@ -228,19 +257,9 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     cudaCheck(cudaMalloc(&ws->tw, sizeof(uint32_t) * (size_t)max_M * (F / C)));
     cudaCheck(cudaMalloc(&ws->ovf_flag, sizeof(int) * (size_t)max_M));
     cudaCheck(cudaMalloc(&ws->ovf_list, sizeof(int) * (size_t)max_M));
-    cudaCheck(cudaMalloc(&ws->counters, sizeof(TwellCounters)));
-    cudaCheck(cudaMallocHost(&ws->counters_host, sizeof(TwellCounters)));
-    cudaCheck(cudaMalloc(&ws->dense_nnz, sizeof(unsigned long long)));
-    cudaCheck(cudaMallocHost(&ws->dense_nnz_host, sizeof(unsigned long long)));
-    cudaCheck(cudaEventCreateWithFlags(&ws->dense_nnz_ready, cudaEventDisableTiming));
-    for (int b = 0; b < 2; b++) {
-        cudaCheck(cudaEventCreateWithFlags(&ws->ev_gemm[b], cudaEventDisableTiming));
-        cudaCheck(cudaEventCreateWithFlags(&ws->ev_pack[b], cudaEventDisableTiming));
-    }
+    twell_ffn_own_create(ws);
     if (ws->gated) twell_ffn_split_alloc(ws);  // the up/down of gated layers
     ws->split_last_heavy = -1;
-    cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
-    for (int b = 0; b < 2; b++) cudaCheck(cudaEventCreateWithFlags(&ws->ev_split[b], cudaEventDisableTiming));
     size_t cr = (size_t)ws->dense.chunk_rows;
     cudaCheck(cudaMalloc(&ws->dense.xg, sizeof(bf16) * cr * D));
     cudaCheck(cudaMalloc(&ws->dense.yg, sizeof(bf16) * cr * D));
@@ -281,17 +300,7 @@ static inline int twell_ffn_workspace_create_shared(TwellFFNWorkspace *ws, Twell
     ws->dense_nnz_pending = 0;
     ws->dense_nnz_pending_M = 0;
     ws->dense_calls = 0;
-    cudaCheck(cudaMalloc(&ws->counters, sizeof(TwellCounters)));
-    cudaCheck(cudaMallocHost(&ws->counters_host, sizeof(TwellCounters)));
-    cudaCheck(cudaMalloc(&ws->dense_nnz, sizeof(unsigned long long)));
-    cudaCheck(cudaMallocHost(&ws->dense_nnz_host, sizeof(unsigned long long)));
-    cudaCheck(cudaEventCreateWithFlags(&ws->dense_nnz_ready, cudaEventDisableTiming));
-    for (int b = 0; b < 2; b++) {
-        cudaCheck(cudaEventCreateWithFlags(&ws->ev_gemm[b], cudaEventDisableTiming));
-        cudaCheck(cudaEventCreateWithFlags(&ws->ev_pack[b], cudaEventDisableTiming));
-        cudaCheck(cudaEventCreateWithFlags(&ws->ev_split[b], cudaEventDisableTiming));
-    }
-    cudaCheck(cudaStreamCreateWithFlags(&ws->pack_stream, cudaStreamNonBlocking));
+    twell_ffn_own_create(ws);
     return TWELL_OK;
 }
 
@@ -375,42 +384,20 @@ static inline int twell_ffn_set_gate_chunk(TwellFFNWorkspace *ws, int rows) {
 }
 
 static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
-    if (ws->dense_nnz_pending) cudaCheck(cudaEventSynchronize(ws->dense_nnz_ready));
-    if (ws->owner) {  // a borrower: its own objects only (free the borrowers before their owner)
-        cudaCheck(cudaFree(ws->counters)); cudaCheck(cudaFreeHost(ws->counters_host));
-        cudaCheck(cudaFree(ws->dense_nnz)); cudaCheck(cudaFreeHost(ws->dense_nnz_host));
-        cudaCheck(cudaEventDestroy(ws->dense_nnz_ready));
+    twell_ffn_own_free(ws);
+    if (!ws->owner) {  // the owner's large buffers (free the borrowers before their owner)
+        cudaCheck(cudaFree(ws->tw)); cudaCheck(cudaFree(ws->ovf_flag)); cudaCheck(cudaFree(ws->ovf_list));
         for (int b = 0; b < 2; b++) {
-            cudaCheck(cudaEventDestroy(ws->ev_split[b]));
-            cudaCheck(cudaEventDestroy(ws->ev_gemm[b]));
-            cudaCheck(cudaEventDestroy(ws->ev_pack[b]));
+            cudaCheck(cudaFree(ws->split_pairs[b]));
+            cudaCheck(cudaFree(ws->split_cnt[b]));
+            cudaCheck(cudaFree(ws->split_order[b]));
+            cudaCheck(cudaFree(ws->gate_scratch[b]));
+            cudaCheck(cudaFree(ws->gate_mask[b]));
         }
-        cudaCheck(cudaStreamSynchronize(ws->pack_stream));
-        cudaCheck(cudaStreamDestroy(ws->pack_stream));
-        memset(ws, 0, sizeof(*ws));
-        return;
+        cudaCheck(cudaFree(ws->dense.xg)); cudaCheck(cudaFree(ws->dense.yg));
+        cudaCheck(cudaFree(ws->dense.g));  // u lies in the same allocation
+        cudaCheck(cudaFree(ws->dec_g)); cudaCheck(cudaFree(ws->dec_cnt)); cudaCheck(cudaFree(ws->dec_ent));
     }
-    cudaCheck(cudaFree(ws->tw)); cudaCheck(cudaFree(ws->ovf_flag)); cudaCheck(cudaFree(ws->ovf_list));
-    cudaCheck(cudaFree(ws->counters)); cudaCheck(cudaFreeHost(ws->counters_host));
-    cudaCheck(cudaFree(ws->dense_nnz)); cudaCheck(cudaFreeHost(ws->dense_nnz_host));
-    cudaCheck(cudaEventDestroy(ws->dense_nnz_ready));
-    for (int b = 0; b < 2; b++) {
-        cudaCheck(cudaFree(ws->split_pairs[b]));
-        cudaCheck(cudaFree(ws->split_cnt[b]));
-        cudaCheck(cudaFree(ws->split_order[b]));
-        cudaCheck(cudaEventDestroy(ws->ev_split[b]));
-    }
-    for (int b = 0; b < 2; b++) {
-        cudaCheck(cudaFree(ws->gate_scratch[b]));
-        cudaCheck(cudaFree(ws->gate_mask[b]));
-        cudaCheck(cudaEventDestroy(ws->ev_gemm[b]));
-        cudaCheck(cudaEventDestroy(ws->ev_pack[b]));
-    }
-    cudaCheck(cudaStreamSynchronize(ws->pack_stream));
-    cudaCheck(cudaStreamDestroy(ws->pack_stream));
-    cudaCheck(cudaFree(ws->dense.xg)); cudaCheck(cudaFree(ws->dense.yg));
-    cudaCheck(cudaFree(ws->dense.g));  // u lies in the same allocation
-    cudaCheck(cudaFree(ws->dec_g)); cudaCheck(cudaFree(ws->dec_cnt)); cudaCheck(cudaFree(ws->dec_ent));
     memset(ws, 0, sizeof(*ws));
 }
 

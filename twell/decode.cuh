@@ -40,6 +40,7 @@
 #include "cuda_common.cuh"
 #include "tc_utils.cuh"
 #include "twell/format.h"
+#include "twell/dispatch.h"  // twell_decode_gate_tiles
 #include "twell/updown.cuh"  // twell_bf16x8_to_f32
 
 #define TWELL_DECODE_MAX_M 64     // rows per call the decode path takes (4 tiles of 16 rows in the gate)
@@ -315,7 +316,6 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
 }
 
 // 16-row tiles the gate takes for M rows (1, 2 or 4: its MT); at 4 every CTA re-reads 64 x rows, and the gate costs ~2x.
-static inline int twell_decode_gate_tiles(int M) { return M <= 16 ? 1 : M <= 32 ? 2 : 4; }
 
 // The launches (no checks: twell_decode_forward checks). W1 = Wg (gated) or Wu; Wu_up = Wu (gated) or NULL.
 // lists = 0 runs the gate alone (g only: for timing it, bench_decode). pdl = 1 launches both kernels as programmatic

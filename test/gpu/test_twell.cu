@@ -645,47 +645,6 @@ static void test_dispatch(void **state) {
     twell_ffn_workspace_free(&ws);
 }
 
-// The dispatch cost model and its hysteresis (host logic: runs without a GPU).
-static void test_dispatch_model(void **state) {
-    (void)state;
-    TwellDispatchModel m = {0.5, 0.01, 1.0, 0.05, 0};  // crossover at 50
-    assert_true(fabs(twell_dispatch_crossover(&m) - 50.0) < 1e-9);
-    assert_int_equal(twell_dispatch_decide(&m, 10, 0, 0), TWELL_PATH_SPARSE);
-    assert_int_equal(twell_dispatch_decide(&m, 90, 0, 0), TWELL_PATH_DENSE);
-    // Inside the band (ratio in [0.95, 1.05] = nnz 45..55): keep the previous path.
-    assert_int_equal(twell_dispatch_decide(&m, 53, 0, TWELL_PATH_SPARSE), TWELL_PATH_SPARSE);
-    assert_int_equal(twell_dispatch_decide(&m, 47, 0, TWELL_PATH_DENSE), TWELL_PATH_DENSE);
-    assert_int_equal(twell_dispatch_decide(&m, 53, 0, 0), TWELL_PATH_DENSE);  // no history: the side of 1
-    assert_int_equal(twell_dispatch_decide(&m, 47, 0, 0), TWELL_PATH_SPARSE);
-    // Outside the band the history does not matter.
-    assert_int_equal(twell_dispatch_decide(&m, 56, 0, TWELL_PATH_SPARSE), TWELL_PATH_DENSE);
-    assert_int_equal(twell_dispatch_decide(&m, 44, 0, TWELL_PATH_DENSE), TWELL_PATH_SPARSE);
-    // Overflow rows cost the dense fallback.
-    assert_int_equal(twell_dispatch_decide(&m, 10, 0.5, 0), TWELL_PATH_DENSE);
-    // The defaults: nnz 29 sparse, 256 dense.
-    TwellDispatchModel d = {TWELL_DISPATCH_S0, TWELL_DISPATCH_S1, TWELL_DISPATCH_FOVF, TWELL_DISPATCH_MARGIN, 0};
-    assert_int_equal(twell_dispatch_decide(&d, 29, 0, 0), TWELL_PATH_SPARSE);
-    assert_int_equal(twell_dispatch_decide(&d, 256, 0, 0), TWELL_PATH_DENSE);
-    // The decode models' defaults (M <= 64 rows), eager and captured (graph): decode at 1-16 rows and nnz 29 (measured
-    // 2.1-2.7x faster than dense eagerly, 1.8-2.1x as graphs), dense at 50% and at 64 rows x 256 (2.2x / 1.5x slower
-    // eagerly), decode at 64 rows x 8 (1.3x / 1.2x faster).
-    const TwellDispatchModel dm = {TWELL_DECODE_S0, TWELL_DECODE_S1, 0.0, TWELL_DISPATCH_MARGIN, 0, TWELL_DECODE_SM,
-                                   TWELL_DECODE_SN, TWELL_DECODE_SG4};
-    const TwellDispatchModel gm = {TWELL_DECODE_G_S0, TWELL_DECODE_G_S1, 0.0, TWELL_DISPATCH_MARGIN, 0,
-                                   TWELL_DECODE_G_SM, TWELL_DECODE_G_SN, TWELL_DECODE_G_SG4};
-    for (const TwellDispatchModel *m2 : {&dm, &gm}) {
-        assert_int_equal(twell_dispatch_decide_ratio(m2, twell_decode_predict(m2, 1, 29), 0), TWELL_PATH_SPARSE);
-        assert_int_equal(twell_dispatch_decide_ratio(m2, twell_decode_predict(m2, 16, 29), 0), TWELL_PATH_SPARSE);
-        assert_int_equal(twell_dispatch_decide_ratio(m2, twell_decode_predict(m2, 1, 2816), 0), TWELL_PATH_DENSE);
-        assert_int_equal(twell_dispatch_decide_ratio(m2, twell_decode_predict(m2, 64, 256), 0), TWELL_PATH_DENSE);
-        assert_int_equal(twell_dispatch_decide_ratio(m2, twell_decode_predict(m2, 64, 8), 0), TWELL_PATH_SPARSE);
-    }
-    // At 64 rows x 64 the two differ, as measured: eagerly decode is 1.09x faster than dense (the dense path's
-    // 4 launches per layer cost the host more), as graphs 1.07x slower.
-    assert_int_equal(twell_dispatch_decide_ratio(&dm, twell_decode_predict(&dm, 64, 64), 0), TWELL_PATH_SPARSE);
-    assert_int_equal(twell_dispatch_decide_ratio(&gm, twell_decode_predict(&gm, 64, 64), 0), TWELL_PATH_DENSE);
-}
-
 // Calibration on real data fits a sane model, resets the history, and the FFN stays correct after.
 static void test_calibrate(void **state) {
     (void)state;
@@ -1194,7 +1153,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_uniform_nnz),
         cmocka_unit_test(test_dispatch),           cmocka_unit_test(test_shared_workspaces),
         cmocka_unit_test(test_same_function),
-        cmocka_unit_test(test_dispatch_model),      cmocka_unit_test(test_calibrate),
+        cmocka_unit_test(test_calibrate),
         cmocka_unit_test(test_decode),              cmocka_unit_test(test_decode_graph),
         cmocka_unit_test(test_decode_pdl),
     };

@@ -20,27 +20,32 @@
 //      pairs fit the pair pool (offsets = exclusive scan of the counts of the eligible rows, in row order: once
 //      the pool is full every later non-empty row is dense). Everything else is a DENSE row. The dense rows are
 //      listed in increasing order by a stable compaction (cub::DeviceSelect::Flagged), their number on the device.
-//   3. up (one CTA per sparse row): the row's TwELL entries are compacted in shared memory, u per pair by a warp dot
-//      product (X row in registers), the record (unit, g, u) written to the pool; then the down (one CTA per sparse
-//      row): Y row = sum h WdT[n] (separate kernels: each one's weight matrix stays in L2).
-//   4. dense rows, in chunks of dense_chunk rows: gather, GEMMs (tt_gemm below, a tensor-core GEMM that reads its
-//      row count from device memory: CTAs past the count do nothing), relu*mul, down GEMM, scatter.
+//   3. assign (one warp per row) writes each sparse row's TwELL entries (unit, g) to its pool slots; up (gated, one
+//      CTA per sparse row, tt_pair_dot_kernel: each warp a 256-column part of the dot products, 8 pairs' weight rows
+//      in flight) completes the record (unit, g, u); then the down (one CTA per sparse row): Y row = sum h WdT[n]
+//      (separate kernels: each one's weight matrix stays in L2).
+//   4. dense rows: one cooperative kernel (tt_dense_rows_fwd_kernel) reads their count on the device and walks them
+//      in chunks of dense_chunk rows: gather, GEMMs (tt_gemm_tiles, a tensor-core GEMM; split-K with an ordered
+//      reduction when the rows are few), relu*mul, down GEMM, scatter, grid barriers between. No rows: it returns.
 //   5. statistics (one block, fixed order): L1, pairs, max row nnz, dense / overflow / pool-full rows.
 // Backward (no host sync):
-//   1. dh (one CTA per sparse row, dY row in registers, WdT rows gathered) -> (dg, du) per pair; keys for the sort.
+//   1. dh (tt_pair_dot_kernel on dY and the gathered WdT rows, as the up) -> per pair a 16-byte backward record
+//      (row, dg, du, h, unit) and its sort key (the unit, from the pattern only).
 //   2. dX (one CTA per sparse row, ONE fp32 accumulator for dg Wg[n] + du Wu[n]).
-//   3. stable radix sort of the pool slots by unit (cub, stable: token order within a unit; keys from the pattern
-//      only), unit counts and offsets, segments of TT_SEG pairs.
-//   4. unit-major weight gradients: one CTA per (256-column slice, unit, segment), slice-major so that the slice of X
-//      and dY in use stays in L2: dWg[n], dWu[n], dWdT[n] over its pairs in token order, fp32; the first segment writes (beta * dW + sum), later segments write partial sums that a second
-//      kernel adds in segment order: deterministic.
-//   5. dense rows (chunks): recompute g, u from X by GEMM, dh GEMM, element-wise backward, dX GEMM (one fp32
-//      accumulator over both products), scatter, weight-gradient GEMMs (K = the device row count) adding into dW.
+//   3. stable radix sort of the backward records by unit (cub, stable: token order within a unit), unit counts and
+//      offsets, segments of at most TT_SEG pairs and their descriptors.
+//   4. unit-major weight gradients: one CTA per (256-column slice, segment), slice-major so that the slice of X and
+//      dY in use stays in L2: dWg[n], dWu[n], dWdT[n] over the segment's pairs in token order, fp32; the first
+//      segment writes (beta * dW + sum), later segments write partial sums that a second kernel adds in segment
+//      order: deterministic.
+//   5. dense rows (tt_dense_rows_bwd_kernel, as in the forward): recompute g, u from X by GEMM, dh GEMM, element-wise
+//      backward, dX GEMM (one fp32 accumulator over both products), scatter, weight-gradient GEMMs adding into dW.
 //   6. dWd [D, F] = beta * dWd + transpose(dWdT [F, D]).
 // Determinism: no float atomics; every sum has a fixed order for a fixed input (int atomics only for counts).
 #ifndef SLLM_TWELL_TRAIN_FFN_CUH
 #define SLLM_TWELL_TRAIN_FFN_CUH
 
+#include <cooperative_groups.h>
 #include <cub/cub.cuh>
 #include <thrust/iterator/counting_iterator.h>
 #include <algorithm>
@@ -53,6 +58,8 @@
 #include "twell/format.h"
 #include "twell/gate.cuh"
 #include "twell/gate_wgmma.cuh"
+
+namespace cg = cooperative_groups;
 
 #define TT_THREADS 256        // threads of the per-row and per-segment kernels
 #define TT_SEG 512            // pairs per segment of the unit-major weight-gradient kernel
@@ -100,12 +107,10 @@ typedef struct {
     void *cub_tmp;
     size_t cub_bytes;
     // backward
-    uint32_t *dgu;       // [cap_pairs] dg_bits | du_bits << 16
-    int *pair_row;       // [cap_pairs]
-    uint16_t *keys_in, *keys_out;  // [cap_pairs]
-    int *vals_in, *vals_out;       // [cap_pairs] (vals_in = 0, 1, 2, ...)
+    uint4 *bp_in, *bp_out;         // [cap_pairs] backward records (row, dg | du << 16, h bits, unit): pool / unit order
+    uint16_t *keys_in, *keys_out;  // [cap_pairs] the units (sort keys)
     int *unit_cnt, *unit_off, *seg_cnt, *seg_off;  // [F + 1]
-    int *seg_unit;       // [F + part_slots]: the unit of each weight-gradient segment
+    int4 *seg_desc;      // [F + part_slots]: (first pair, pairs, unit, partial slot) of each weight-gradient segment
     float *part;         // [part_slots, G3, D]
     float *dwdT;         // [F, D]
     // optional stage timing (bench): when prof_on, events are recorded between the stages (TT_PROF_*)
@@ -113,15 +118,16 @@ typedef struct {
     cudaEvent_t prof[16];
     // dense rows, one chunk
     bf16 *xd, *dyd, *g, *u, *dh, *yd;  // [chunk, D], [chunk, D], [chunk, F] x 3, [chunk, D]
+    float *split_part;   // split-K partial sums of the dense-row GEMMs: [TT_SPLIT_ROWS * max(s_F F, s_D D)]
+    int coop_grid_fwd, coop_grid_bwd;  // CTAs of the dense-row kernels (all co-resident: cooperative launch)
 } TwTrainWS;
 
 // ---------------------------------------------------------------------------------------------------
-// tt_gemm: C[m, n] (+)= sum_k A(m, k) B(k, n) [+ sum_k A2(m, k) B2(k, n)], bf16 in, fp32 accumulate, out bf16 or fp32.
-// A(m, k) = A[m * lda + k] (a_kc = 1) or A[k * lda + m] (a_kc = 0); B(k, n) = B[n * ldb + k] (b_kc = 1) or
-// B[k * ldb + n] (b_kc = 0). The contiguous dimension of each operand must be a multiple of 8, N % 128 == 0.
-// One of M or K may come from device memory: dim = min(max(*dev_n - dev_off, 0), dev_cap) (dev_dim 1: M, 2: K),
-// so the dense-row GEMMs need no host sync. Persistent grid over 128 x 128 tiles (mma.sync m16n8k16); a CTA finds
-// the tile count from the device value and stops. Fixed summation order over k: deterministic.
+// tt_gemm_tiles: C[m, n] (+)= sum_k A(m, k) B(k, n) [+ sum_k A2(m, k) B2(k, n)], bf16 in, fp32 accumulate, out bf16
+// or fp32. A(m, k) = A[m * lda + k] (a_kc = 1) or A[k * lda + m] (a_kc = 0); B(k, n) = B[n * ldb + k] (b_kc = 1) or
+// B[k * ldb + n] (b_kc = 0). The contiguous dimension of each operand must be a multiple of 8, N % 128 == 0. A device
+// function of the dense-row kernels (their row count is on the device): the whole grid walks the 128 x 128 tiles
+// (mma.sync m16n8k16), times the split-K parts. Fixed summation order over k: deterministic.
 // ---------------------------------------------------------------------------------------------------
 #define TTG_BM 128
 #define TTG_BN 128
@@ -135,8 +141,10 @@ typedef struct {
     void *C;
     int c_f32, accumulate;
     int M, N, K;
-    const int *dev_n;
-    int dev_off, dev_cap, dev_dim;
+    // split-K (few rows): split > 1 cuts the k range (both passes) into `split` parts computed by different CTAs into
+    // part [split, M, N] fp32, which tt_split_reduce adds in part order (deterministic) into C.
+    float *part;
+    int split;
 } TtGemmArgs;
 
 __device__ __forceinline__ void ttg_load_tile(bf16 (*S)[TTG_LDS], const bf16 *P, long long ld, int kc, int r0, int rows,
@@ -159,21 +167,19 @@ __device__ __forceinline__ void ttg_load_tile(bf16 (*S)[TTG_LDS], const bf16 *P,
     }
 }
 
-static __global__ void __launch_bounds__(256) tt_gemm_kernel(TtGemmArgs a) {
+__device__ __noinline__ void tt_gemm_tiles(const TtGemmArgs a) {
     __shared__ __align__(16) bf16 As[TTG_BM][TTG_LDS];
     __shared__ __align__(16) bf16 Bs[TTG_BN][TTG_LDS];
-    int M = a.M, K = a.K;
-    if (a.dev_dim) {
-        int n = *a.dev_n - a.dev_off;
-        n = n < 0 ? 0 : (n > a.dev_cap ? a.dev_cap : n);
-        if (a.dev_dim == 1) M = n; else K = n;
-    }
-    if (K == 0 && a.accumulate) return;  // nothing to add (no dense rows in this chunk)
+    const int M = a.M, K = a.K;
+    if (K == 0 && a.accumulate) return;  // nothing to add
     const int tiles_m = (M + TTG_BM - 1) / TTG_BM, tiles_n = a.N / TTG_BN, tiles = tiles_m * tiles_n;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp >> 2, wn = warp & 3, gq = lane >> 2,
               tq = lane & 3;
     const int nk = (K + TTG_BK - 1) / TTG_BK, passes = a.A2 ? 2 : 1;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int S = a.split > 1 ? a.split : 1;
+    const int nq = passes * nk, qs = (nq + S - 1) / S;  // k tiles over both passes, per split
+    for (int item = blockIdx.x; item < tiles * S; item += gridDim.x) {
+        const int t = item % tiles, sp = item / tiles;
         const int m0 = (t / tiles_n) * TTG_BM, n0 = (t % tiles_n) * TTG_BN;
         float acc[4][4][4];
 #pragma unroll
@@ -182,9 +188,11 @@ static __global__ void __launch_bounds__(256) tt_gemm_kernel(TtGemmArgs a) {
             for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
-        for (int pass = 0; pass < passes; pass++) {
+        const int q1 = min(nq, (sp + 1) * qs);
+        for (int q = sp * qs; q < q1; q++) {
+            const int pass = q >= nk, kt = q - pass * nk;
             const bf16 *A = pass ? a.A2 : a.A, *B = pass ? a.B2 : a.B;
-            for (int kt = 0; kt < nk; kt++) {
+            {
                 const int k0 = kt * TTG_BK;
                 ttg_load_tile(As, A, a.lda, a.a_kc, m0, M, k0, K);
                 ttg_load_tile(Bs, B, a.ldb, a.b_kc, n0, a.N, k0, K);
@@ -230,7 +238,9 @@ static __global__ void __launch_bounds__(256) tt_gemm_kernel(TtGemmArgs a) {
                 for (int ni = 0; ni < 4; ni++) {
                     const int c = n0 + wn * 32 + ni * 8 + 2 * tq;
                     const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
-                    if (a.c_f32) {
+                    if (S > 1) {
+                        *reinterpret_cast<float2 *>(a.part + ((size_t)sp * M + r) * a.N + c) = make_float2(v0, v1);
+                    } else if (a.c_f32) {
                         float2 *p = reinterpret_cast<float2 *>((float *)a.C + (size_t)r * a.ldc + c);
                         float2 o = make_float2(v0, v1);
                         if (a.accumulate) { const float2 q = *p; o.x += q.x; o.y += q.y; }
@@ -244,14 +254,33 @@ static __global__ void __launch_bounds__(256) tt_gemm_kernel(TtGemmArgs a) {
     }
 }
 
-static inline void tt_gemm(const TtGemmArgs *a, int max_rows_m, cudaStream_t stream) {
-    // grid: enough CTAs for the largest possible tile count, at most 2 per SM (persistent)
-    const long long tiles = (long long)CEIL_DIV(max_rows_m, TTG_BM) * (a->N / TTG_BN);
-    long long grid = (long long)cuda_sm_count() * 2;
-    if (tiles < grid) grid = tiles;
-    if (grid < 1) grid = 1;
-    tt_gemm_kernel<<<(int)grid, 256, 0, stream>>>(*a);
-    cudaCheckLaunch();
+// The split-K partial sums added in split order: C = (accumulate ? C : 0) + sum_s part[s].
+__device__ void tt_split_reduce(const TtGemmArgs a) {
+    const long long total = (long long)a.M * a.N / 2;
+    for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < total; v += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(2 * v / a.N), c = (int)(2 * v - (long long)r * a.N);
+        float2 o = make_float2(0.0f, 0.0f);
+        for (int sp = 0; sp < a.split; sp++) {
+            const float2 q = *reinterpret_cast<const float2 *>(a.part + ((size_t)sp * a.M + r) * a.N + c);
+            o.x += q.x;
+            o.y += q.y;
+        }
+        if (a.c_f32) {
+            float2 *p = reinterpret_cast<float2 *>((float *)a.C + (size_t)r * a.ldc + c);
+            if (a.accumulate) { const float2 q = *p; o.x += q.x; o.y += q.y; }
+            *p = o;
+        } else {
+            *reinterpret_cast<__nv_bfloat162 *>((bf16 *)a.C + (size_t)r * a.ldc + c) = __floats2bfloat162_rn(o.x, o.y);
+        }
+    }
+}
+
+// Split count for few rows (<= TT_SPLIT_ROWS) of a GEMM with N columns: enough CTAs for the SMs at one tile row.
+#define TT_SPLIT_ROWS 256
+#define TT_SPLIT_MAX 8
+static inline int tt_split_count(int N) {
+    const int s = cuda_sm_count() / (N / TTG_BN);
+    return s < 1 ? 1 : (s > TT_SPLIT_MAX ? TT_SPLIT_MAX : s);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -261,64 +290,35 @@ static inline void tt_gemm(const TtGemmArgs *a, int max_rows_m, cudaStream_t str
 static __global__ void tt_classify_kernel(const uint32_t *__restrict__ tw, int M, int tiles, int words, int thresh,
                                           int *__restrict__ cnt_elig, int *__restrict__ row_cnt,
                                           TwTrainStats *__restrict__ st) {
+    __shared__ int s_max[32];
     const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (r == M && lane == 0) cnt_elig[M] = 0;
-    if (r >= M) return;
+    if (lane == 0) s_max[threadIdx.x / 32] = 0;
     int sum = 0, ovf = 0;
-    for (int t = lane; t < tiles; t += 32) {
-        const int c = (int)tw[(size_t)r * tiles * words + (size_t)t * words];
-        sum += c;
-        ovf |= c > words - 1;
-    }
+    if (r < M) {
+        for (int t = lane; t < tiles; t += 32) {
+            const int c = (int)tw[(size_t)r * tiles * words + (size_t)t * words];
+            sum += c;
+            ovf |= c > words - 1;
+        }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        ovf |= __shfl_xor_sync(0xffffffffu, ovf, o);
-    }
-    if (lane == 0) {
-        const int elig = !ovf && sum <= thresh;
-        cnt_elig[r] = elig ? sum : 0;
-        row_cnt[r] = elig ? sum : -1;
-        atomicMax(&st->max_row_nnz, sum);
-    }
-}
-
-// Per row: sparse iff eligible and its pairs fit the pool (row_ptr monotone in r).
-static __global__ void tt_assign_kernel(const int *__restrict__ row_ptr, int *__restrict__ row_cnt, int M, int cap,
-                                        uint8_t *__restrict__ dense_flag, TwTrainStats *__restrict__ st) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= M) return;
-    const int c = row_cnt[r];
-    int sparse = c >= 0;
-    if (sparse && row_ptr[r] + c > cap) {
-        sparse = 0;
-        atomicAdd(&st->n_pool_full, 1);
-    }
-    if (!sparse) row_cnt[r] = -1;
-    else if (c > 0) atomicMax(&st->sparse_pairs, (unsigned long long)(row_ptr[r] + c));
-    dense_flag[r] = (uint8_t)!sparse;
-}
-
-// The row's TwELL entries compacted into shared memory (column order): s_unit[k], s_g[k] (bf16 bits), k < count.
-__device__ __forceinline__ void tt_row_entries(const uint32_t *__restrict__ tw, int r, int tiles, int words,
-                                               int *s_unit, uint16_t *s_g, int *s_toff, int *s_tc) {
-    if (threadIdx.x < tiles) s_tc[threadIdx.x] = (int)tw[(size_t)r * tiles * words + (size_t)threadIdx.x * words];
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int o = 0;
-        for (int t = 0; t < tiles; t++) { s_toff[t] = o; o += s_tc[t]; }
-    }
-    __syncthreads();
-    const int slots = words - 1;
-    for (int it = threadIdx.x; it < tiles * slots; it += blockDim.x) {
-        const int t = it / slots, k = it - t * slots;
-        if (k < s_tc[t]) {
-            const uint32_t w = tw[(size_t)r * tiles * words + (size_t)t * words + 1 + k];
-            s_unit[s_toff[t] + k] = t * TWELL_TILE + (int)(w & 0xFFu);
-            s_g[s_toff[t] + k] = (uint16_t)(w >> 16);
+        for (int o = 16; o > 0; o >>= 1) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            ovf |= __shfl_xor_sync(0xffffffffu, ovf, o);
+        }
+        if (lane == 0) {
+            const int elig = !ovf && sum <= thresh;
+            cnt_elig[r] = elig ? sum : 0;
+            row_cnt[r] = elig ? sum : -1;
+            s_max[threadIdx.x / 32] = sum;
         }
     }
-    __syncthreads();
+    __syncthreads();  // one atomic per CTA (one per row would serialise on one address)
+    if (threadIdx.x == 0) {
+        int m = 0;
+        for (int w = 0; w < (int)blockDim.x / 32; w++) m = max(m, s_max[w]);
+        atomicMax(&st->max_row_nnz, m);
+    }
 }
 
 __device__ __forceinline__ float tt_bf(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
@@ -350,65 +350,169 @@ __device__ __forceinline__ float tt_dot8b(const uint4 w, const uint4 x) {
     return s;
 }
 
-// One CTA per row (sparse rows only): pairs -> records (u by warp dot products), Y row = sum h WdT[n].
-// DV = D / 256: lane l of every warp holds X[r][256 j + 8 l .. + 8] for j < DV.
-template <int DV>
-static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_up_kernel(
-    const bf16 *__restrict__ X, const bf16 *__restrict__ Wu, const bf16 *__restrict__ WdT,
-    const uint32_t *__restrict__ tw, const int *__restrict__ row_ptr, const int *__restrict__ row_cnt, int M, int F,
-    int words, int gated, uint2 *__restrict__ recs, bf16 *__restrict__ Y, float *__restrict__ row_l1,
-    uint8_t *__restrict__ fired) {
+// One warp per row: sparse iff eligible and its pairs fit the pool (row_ptr monotone in r). A sparse row's TwELL
+// entries are written to its pool slots in column order, recs[row_ptr[r] + k] = (unit, g bits) (the up kernel adds
+// u), and its units are marked in fired. Non-gated: row_l1[r] = sum g (h = relu(g): no up kernel).
+static __global__ void tt_assign_kernel(const uint32_t *__restrict__ tw, const int *__restrict__ row_ptr,
+                                        int *__restrict__ row_cnt, int M, int tiles, int words, int cap, int gated,
+                                        uint2 *__restrict__ recs, uint8_t *__restrict__ dense_flag,
+                                        float *__restrict__ row_l1, uint8_t *__restrict__ fired,
+                                        TwTrainStats *__restrict__ st) {
+    __shared__ int s_end[32], s_full[32];
+    const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int c = r < M ? row_cnt[r] : -1;
+    const int sparse = c >= 0 && row_ptr[r] + c <= cap;
+    if (lane == 0) {
+        s_end[threadIdx.x / 32] = sparse ? row_ptr[r] + c : 0;
+        s_full[threadIdx.x / 32] = c >= 0 && !sparse;
+        if (r < M) {
+            if (!sparse) row_cnt[r] = -1;
+            dense_flag[r] = (uint8_t)!sparse;
+        }
+    }
+    __syncthreads();  // one atomic per CTA for the statistics (one per row would serialise on one address)
+    if (threadIdx.x == 0) {
+        int e = 0, f = 0;
+        for (int w = 0; w < (int)blockDim.x / 32; w++) { e = max(e, s_end[w]); f += s_full[w]; }
+        if (e > 0) atomicMax(&st->sparse_pairs, (unsigned long long)e);
+        if (f) atomicAdd(&st->n_pool_full, f);
+    }
+    if (!sparse) return;
+    // lane t < tiles (<= 32): tile t's count and its first slot in the row (warp scan)
+    const uint32_t *row = tw + (size_t)r * tiles * words;
+    const int tc = lane < tiles ? (int)row[(size_t)lane * words] : 0;
+    int incl = tc;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+    }
+    const int base = row_ptr[r];
+    float l1 = 0.0f;
+    // lane k: entry k of tile t (k < words - 1 <= 31). fired is read before it is written: a handful of hot cache
+    // lines that every row would otherwise store to.
+#pragma unroll 4
+    for (int t = 0; t < tiles; t++) {
+        const int cnt_t = __shfl_sync(0xffffffffu, tc, t), off_t = __shfl_sync(0xffffffffu, incl - tc, t);
+        if (lane < cnt_t) {
+            const uint32_t w = __ldg(row + (size_t)t * words + 1 + lane);
+            const int unit = t * TWELL_TILE + (int)(w & 0xFFu);
+            recs[base + off_t + lane] = make_uint2((uint32_t)unit, w >> 16);
+            if (!fired[unit]) fired[unit] = 1;
+            l1 += tt_bf(w >> 16);
+        }
+    }
+    if (!gated) {
+        l1 = warp_sum(l1);
+        if (lane == 0) row_l1[r] = l1;
+    }
+}
+
+// 16 bytes through the read-only path, as a volatile asm: a run of these stays in program order, so all of a step's
+// gathers are in flight before the first is used.
+__device__ __forceinline__ uint4 tt_ldg16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// The warp sums of eight per-lane values p[0..7] by a transposing butterfly (9 shuffles instead of 40): lane l
+// returns the sum over the 32 lanes of p[(l >> 2) & 7]. Fixed order: deterministic.
+__device__ __forceinline__ float tt_warp_sum8(const float p[8], int lane) {
+    const bool h16 = lane & 16, h8 = lane & 8, h4 = lane & 4;
+    float q[4], r[2];
+#pragma unroll
+    for (int j = 0; j < 4; j++) q[j] = (h16 ? p[j + 4] : p[j]) + __shfl_xor_sync(0xffffffffu, h16 ? p[j] : p[j + 4], 16);
+#pragma unroll
+    for (int j = 0; j < 2; j++) r[j] = (h8 ? q[j + 2] : q[j]) + __shfl_xor_sync(0xffffffffu, h8 ? q[j] : q[j + 2], 8);
+    float t = (h4 ? r[1] : r[0]) + __shfl_xor_sync(0xffffffffu, h4 ? r[0] : r[1], 4);
+    t += __shfl_xor_sync(0xffffffffu, t, 2);
+    t += __shfl_xor_sync(0xffffffffu, t, 1);
+    return t;
+}
+
+// One CTA of 32 DV threads per sparse row r (DV = D / 256): s_k = fp32 dot(V[r], W[n_k]) for each pair k of the row,
+// then, by MODE:
+//   TT_DOT_UP (gated forward; V = X, W = Wu): u = bf16(s), written into the pair's record (unit, g, u);
+//     row_l1[r] = sum |g u| (fixed order).
+//   TT_DOT_DH (backward; V = dY, W = WdT): dh = bf16(s) -> (dg, du) (non-gated: dpre), the pair's 16-byte backward
+//     record (row, dg | du << 16, h bits, unit) in pool order, its sort key (the unit, from the pattern), unit counts.
+// Warp w owns the columns [256 w, 256 w + 256): lane l holds V[r][256 w + 8 l .. + 8] and loads the same 16 bytes
+// of 8 pairs' weight rows per step (8 loads in flight, few registers: many CTAs per SM). The 8 partial dots are
+// summed over the warp by tt_warp_sum8, the warps' sums in warp order. Pairs go through shared memory in chunks of
+// TT_DOT_CHUNK.
+enum { TT_DOT_UP = 0, TT_DOT_DH = 1 };
+#define TT_DOT_CHUNK 256
+template <int DV, int MODE>
+static __global__ void __launch_bounds__(32 * DV, 1) tt_pair_dot_kernel(
+    const bf16 *__restrict__ V, const bf16 *__restrict__ W, uint2 *__restrict__ recs, const int *__restrict__ row_ptr,
+    const int *__restrict__ row_cnt, int gated, float l1_coef, float *__restrict__ row_l1, uint4 *__restrict__ bpair,
+    uint16_t *__restrict__ keys, int *__restrict__ unit_cnt) {
     constexpr int D = DV * 256;
-    __shared__ int s_unit[TT_ROW_SMEM];
-    __shared__ uint16_t s_g[TT_ROW_SMEM];
-    __shared__ int s_toff[32], s_tc[32];
-    __shared__ float s_wl1[TT_THREADS / 32];
+    __shared__ uint2 s_rec[TT_DOT_CHUNK];
+    __shared__ float s_part[DV][TT_DOT_CHUNK];
+    __shared__ float s_sum[32];
     const int r = blockIdx.x;
     const int n = row_cnt[r];
-    if (n < 0) return;  // dense row
-    const int tiles = F / TWELL_TILE, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    tt_row_entries(tw, r, tiles, words, s_unit, s_g, s_toff, s_tc);
-    const int base = row_ptr[r];
-    float wl1 = 0.0f;
-    if (gated) {
-        uint4 x[DV];
+    if (n < 0 || (MODE == TT_DOT_DH && n == 0)) return;  // dense row (or nothing to do)
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, col = 256 * warp + 8 * lane, base = row_ptr[r];
+    const uint4 v = *reinterpret_cast<const uint4 *>(V + (size_t)r * D + col);
+    float l1 = 0.0f;
+    for (int c0 = 0; c0 < n; c0 += TT_DOT_CHUNK) {
+        const int cn = min(TT_DOT_CHUNK, n - c0);
+        for (int i = threadIdx.x; i < cn; i += blockDim.x) s_rec[i] = recs[base + c0 + i];
+        __syncthreads();
+        for (int k = 0; k < cn; k += 8) {
+            uint4 w[8];
 #pragma unroll
-        for (int j = 0; j < DV; j++) x[j] = *reinterpret_cast<const uint4 *>(X + (size_t)r * D + 256 * j + 8 * lane);
-        for (int k = warp; k < n; k += TT_THREADS / 32) {
-            const int unit = s_unit[k];
-            const bf16 *w = Wu + (size_t)unit * D + 8 * lane;
-            uint4 wv[DV];
+            for (int j = 0; j < 8; j++) {
+                const int kk = k + j < cn ? k + j : k;
+                w[j] = tt_ldg16(W + (size_t)s_rec[kk].x * D + col);
+            }
+            float p[8];
 #pragma unroll
-            for (int j = 0; j < DV; j++) wv[j] = __ldg(reinterpret_cast<const uint4 *>(w + 256 * j));
+            for (int j = 0; j < 8; j++) p[j] = tt_dot8b(w[j], v);
+            const float t = tt_warp_sum8(p, lane);
+            const int j = (lane >> 2) & 7;
+            if ((lane & 3) == 0 && k + j < cn) s_part[warp][k + j] = t;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < cn; i += blockDim.x) {
             float s = 0.0f;
 #pragma unroll
-            for (int j = 0; j < DV; j++) s += tt_dot8b(wv[j], x[j]);
-            s = warp_sum(s);
-            const uint16_t ub = __bfloat16_as_ushort(__float2bfloat16_rn(s));
-            const float g = tt_bf(s_g[k]), u = tt_bf(ub), hf = g * u;
-            if (lane == 0) {
-                wl1 += fabsf(hf);
-                recs[base + k] = make_uint2((uint32_t)unit, (uint32_t)s_g[k] | ((uint32_t)ub << 16));
+            for (int q = 0; q < DV; q++) s += s_part[q][i];
+            const uint2 rec = s_rec[i];
+            const int slot = base + c0 + i;
+            if (MODE == TT_DOT_UP) {
+                const uint32_t ub = __bfloat16_as_ushort(__float2bfloat16_rn(s));
+                l1 += fabsf(tt_bf(rec.y & 0xFFFFu) * tt_bf(ub));
+                recs[slot] = make_uint2(rec.x, (rec.y & 0xFFFFu) | (ub << 16));
+            } else {
+                const float dh = round_bf16(s), g = tt_bf(rec.y & 0xFFFFu);
+                uint32_t dgu;
+                float h;
+                if (gated) {
+                    const float u = tt_bf(rec.y >> 16);
+                    const float sg = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
+                    const float dt = dh + l1_coef * sg;
+                    dgu = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dt * u)) |
+                          ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dt * g)) << 16);
+                    h = round_bf16(g * u);
+                } else {
+                    dgu = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dh + l1_coef));
+                    h = g;
+                }
+                bpair[slot] = make_uint4((uint32_t)r, dgu, __float_as_uint(h), rec.x);
+                keys[slot] = (uint16_t)rec.x;
+                atomicAdd(&unit_cnt[rec.x], 1);
             }
         }
-    } else {
-        for (int k = warp; k < n; k += TT_THREADS / 32) {
-            if (lane == 0) {
-                const float g = tt_bf(s_g[k]);
-                wl1 += g;
-                recs[base + k] = make_uint2((uint32_t)s_unit[k], (uint32_t)s_g[k]);
-            }
-        }
+        __syncthreads();  // s_rec and s_part are reused by the next chunk
     }
-    if (lane == 0) s_wl1[warp] = wl1;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float t = 0.0f;
-        for (int w = 0; w < TT_THREADS / 32; w++) t += s_wl1[w];
-        row_l1[r] = t;
+    if (MODE == TT_DOT_UP) {
+        l1 = block_sum(l1, s_sum);
+        if (threadIdx.x == 0) row_l1[r] = l1;
     }
-    for (int k = threadIdx.x; k < n; k += TT_THREADS)
-        if (!fired[s_unit[k]]) fired[s_unit[k]] = 1;
 }
 
 // One CTA per sparse row: Y[r] = sum_k h_k WdT[n_k] (fp32), h = bf16(g u) (non-gated: g) from the records. A kernel
@@ -468,44 +572,33 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_down_kernel(const bf
 }
 
 // out[i, :] = in[rows[off + i], :] for i < clamp(*n - off, 0, cap). D % 8 == 0.
-static __global__ void tt_gather_kernel(const bf16 *__restrict__ in, const int *__restrict__ rows, const int *n_dev,
-                                        int off, int cap, int D, bf16 *__restrict__ out) {
-    int n = *n_dev - off;
-    n = n < 0 ? 0 : (n > cap ? cap : n);
+__device__ void tt_gather_rows(const bf16 *__restrict__ in, const int *__restrict__ rows, int n, int D,
+                               bf16 *__restrict__ out) {  // out[i] = in[rows[i]], i < n
     const int chunks = D / 8;
     const long long total = (long long)n * chunks;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
         const int r = (int)(i / chunks), c = (int)(i - (long long)r * chunks);
-        reinterpret_cast<uint4 *>(out)[(size_t)r * chunks + c] =
-            reinterpret_cast<const uint4 *>(in)[(size_t)rows[off + r] * chunks + c];
+        reinterpret_cast<uint4 *>(out)[(size_t)r * chunks + c] = reinterpret_cast<const uint4 *>(in)[(size_t)rows[r] * chunks + c];
     }
 }
-static __global__ void tt_scatter_kernel(const bf16 *__restrict__ in, const int *__restrict__ rows, const int *n_dev,
-                                         int off, int cap, int D, bf16 *__restrict__ out) {
-    int n = *n_dev - off;
-    n = n < 0 ? 0 : (n > cap ? cap : n);
+__device__ void tt_scatter_rows(const bf16 *__restrict__ in, const int *__restrict__ rows, int n, int D,
+                                bf16 *__restrict__ out) {  // out[rows[i]] = in[i], i < n
     const int chunks = D / 8;
     const long long total = (long long)n * chunks;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
         const int r = (int)(i / chunks), c = (int)(i - (long long)r * chunks);
-        reinterpret_cast<uint4 *>(out)[(size_t)rows[off + r] * chunks + c] =
-            reinterpret_cast<const uint4 *>(in)[(size_t)r * chunks + c];
+        reinterpret_cast<uint4 *>(out)[(size_t)rows[r] * chunks + c] = reinterpret_cast<const uint4 *>(in)[(size_t)r * chunks + c];
     }
 }
 
 // Dense rows, forward element-wise: one block per chunk row i: G[i] <- bf16(relu(g) * u) (non-gated: relu(g)),
-// row_l1[rows[off + i]] = sum |relu(g) * u| (fp32, block_sum: fixed order), fired flags.
-static __global__ void __launch_bounds__(TT_THREADS) tt_dense_fwd_ew_kernel(bf16 *__restrict__ G, const bf16 *__restrict__ U,
-                                                                          const int *__restrict__ rows, const int *n_dev,
-                                                                          int off, int cap, int F, int gated,
-                                                                          float *__restrict__ row_l1,
-                                                                          uint8_t *__restrict__ fired) {
+// row_l1[rows[i]] = sum |relu(g) * u| (fp32, block_sum: fixed order), fired flags.
+__device__ void tt_dense_fwd_ew(bf16 *__restrict__ G, const bf16 *__restrict__ U, const int *__restrict__ rows, int n,
+                                int F, int gated, float *__restrict__ row_l1, uint8_t *__restrict__ fired) {
     __shared__ float sh[32];
-    int n = *n_dev - off;
-    n = n < 0 ? 0 : (n > cap ? cap : n);
     for (int i = blockIdx.x; i < n; i += gridDim.x) {
         float l1 = 0.0f;
-        for (int c = 8 * threadIdx.x; c < F; c += 8 * TT_THREADS) {
+        for (int c = 8 * threadIdx.x; c < F; c += 8 * blockDim.x) {
             float g[8], u[8], h[8];
             load8_bf16(G + (size_t)i * F + c, g);
             if (gated) load8_bf16(U + (size_t)i * F + c, u);
@@ -519,7 +612,7 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_dense_fwd_ew_kernel(bf16
             store8_bf16(G + (size_t)i * F + c, h);
         }
         l1 = block_sum(l1, sh);
-        if (threadIdx.x == 0) row_l1[rows[off + i]] = l1;
+        if (threadIdx.x == 0) row_l1[rows[i]] = l1;
         __syncthreads();
     }
 }
@@ -545,57 +638,13 @@ static __global__ void __launch_bounds__(1024) tt_stats_kernel(const float *__re
 // ---------------------------------------------------------------------------------------------------
 // Backward kernels
 // ---------------------------------------------------------------------------------------------------
-// One CTA per sparse row: dh = bf16(dot(dY[r], WdT[n])) per pair, then (dg, du); keys (unit) and rows for the sort.
-template <int DV>
-static __global__ void __launch_bounds__(TT_THREADS, 3) tt_bwd_dh_kernel(
-    const bf16 *__restrict__ dY, const bf16 *__restrict__ WdT, const uint2 *__restrict__ recs,
-    const int *__restrict__ row_ptr, const int *__restrict__ row_cnt, int gated, float l1_coef,
-    uint32_t *__restrict__ dgu, int *__restrict__ pair_row, uint16_t *__restrict__ keys, int *__restrict__ unit_cnt) {
-    constexpr int D = DV * 256;
-    const int r = blockIdx.x;
-    const int n = row_cnt[r];
-    if (n <= 0) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, base = row_ptr[r];
-    uint4 y[DV];
-#pragma unroll
-    for (int j = 0; j < DV; j++) y[j] = *reinterpret_cast<const uint4 *>(dY + (size_t)r * D + 256 * j + 8 * lane);
-    for (int k = warp; k < n; k += TT_THREADS / 32) {
-        const uint2 rec = recs[base + k];
-        const bf16 *w = WdT + (size_t)rec.x * D + 8 * lane;
-        uint4 wv[DV];
-#pragma unroll
-        for (int j = 0; j < DV; j++) wv[j] = __ldg(reinterpret_cast<const uint4 *>(w + 256 * j));
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < DV; j++) s += tt_dot8b(wv[j], y[j]);
-        s = warp_sum(s);
-        if (lane == 0) {
-            const float dh = round_bf16(s), g = tt_bf(rec.y & 0xFFFFu);
-            uint32_t out;
-            if (gated) {
-                const float u = tt_bf(rec.y >> 16);
-                const float sg = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
-                const float dt = dh + l1_coef * sg;
-                out = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dt * u)) |
-                      ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dt * g)) << 16);
-            } else {
-                out = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dh + l1_coef));
-            }
-            dgu[base + k] = out;
-            pair_row[base + k] = r;
-            keys[base + k] = (uint16_t)rec.x;
-            atomicAdd(&unit_cnt[rec.x], 1);
-        }
-    }
-}
-
 // One CTA per sparse row: dX[r] = sum_k dg_k Wg[n_k] + du_k Wu[n_k] (non-gated: dpre_k Wu[n_k]), one fp32 accumulator,
 // on the columns [col_begin, col_end): the backward runs it on the two halves of D one after the other, so that
 // the halves of Wg and Wu in use (23 MB at the paper's shape) stay in L2.
 static __global__ void __launch_bounds__(TT_THREADS) tt_bwd_dx_kernel(
-    const bf16 *__restrict__ Wg, const bf16 *__restrict__ Wu, const uint2 *__restrict__ recs,
-    const uint32_t *__restrict__ dgu, const int *__restrict__ row_ptr, const int *__restrict__ row_cnt, int D, int gated,
-    int col_begin, int col_end, bf16 *__restrict__ dX) {
+    const bf16 *__restrict__ Wg, const bf16 *__restrict__ Wu, const uint4 *__restrict__ bpair,
+    const int *__restrict__ row_ptr, const int *__restrict__ row_cnt, int D, int gated, int col_begin, int col_end,
+    bf16 *__restrict__ dX) {
     __shared__ int s_unit[TT_ROW_SMEM];
     __shared__ float s_dg[TT_ROW_SMEM], s_du[TT_ROW_SMEM];
     const int r = blockIdx.x;
@@ -603,8 +652,9 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_bwd_dx_kernel(
     if (n < 0) return;
     const int base = row_ptr[r];
     for (int k = threadIdx.x; k < n; k += blockDim.x) {
-        const uint32_t d = dgu[base + k];
-        s_unit[k] = (int)recs[base + k].x;
+        const uint4 bp = bpair[base + k];
+        const uint32_t d = bp.y;
+        s_unit[k] = (int)bp.w;
         s_dg[k] = tt_bf(d & 0xFFFFu);
         s_du[k] = tt_bf(d >> 16);
     }
@@ -675,56 +725,80 @@ static __global__ void tt_seg_count_kernel(int *__restrict__ unit_cnt, int *__re
     }
 }
 
-// seg_unit[b] = the unit of segment b.
-static __global__ void tt_seg_unit_kernel(const int *__restrict__ seg_off, int F, int *__restrict__ seg_unit) {
+// desc[b] = (first sorted pair, pairs, unit, partial slot or -1) of weight-gradient segment b: unit n's segments are
+// seg_off[n] .. seg_off[n + 1) and cover its pairs unit_off[n] .. unit_off[n + 1) in runs of TT_SEG.
+static __global__ void tt_seg_desc_kernel(const int *__restrict__ unit_off, const int *__restrict__ seg_off, int F,
+                                          int4 *__restrict__ desc) {
     const int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n < F)
-        for (int b = seg_off[n]; b < seg_off[n + 1]; b++) seg_unit[b] = n;
+    if (n >= F) return;
+    const int pend = unit_off[n + 1];
+    for (int b = seg_off[n]; b < seg_off[n + 1]; b++) {
+        const int s = b - seg_off[n], p0 = unit_off[n] + s * TT_SEG;
+        const int cnt = pend - p0 < TT_SEG ? (pend - p0 > 0 ? pend - p0 : 0) : TT_SEG;
+        desc[b] = make_int4(p0, cnt, n, s == 0 ? -1 : seg_off[n] - n + s - 1);
+    }
 }
 
-// One CTA per (column slice of 256, unit, segment), slice-major (blockIdx = slice * segs_grid + segment index): sums over
-// the segment's pairs (token order) of dg X[r], du X[r], h dY[r] on the slice's columns. Slice-major order keeps the
-// concurrently running CTAs on one slice of X and dY (M x 256 x 2 x 2 B: 16.8 MB at M 16384), which stays in L2.
-// Warp w takes pairs w, w + 8, ...; the 8 warp sums are added in warp order (fixed). Segment 0 writes
-// dWg[n] = beta dWg[n] + sum (likewise dWu) and dWdT[n] = sum; segment s > 0 writes partial slot seg_off[n] - n + s - 1.
-static __global__ void __launch_bounds__(TT_THREADS) tt_wgrad_kernel(
-    const bf16 *__restrict__ X, const bf16 *__restrict__ dY, const uint2 *__restrict__ recs,
-    const uint32_t *__restrict__ dgu, const int *__restrict__ pair_row, const int *__restrict__ perm,
-    const int *__restrict__ unit_off, const int *__restrict__ seg_off, const int *__restrict__ seg_unit, int F, int D,
-    int gated, int accumulate, int segs_grid, float *__restrict__ dWg, float *__restrict__ dWu, float *__restrict__ dWdT, float *__restrict__ part) {
-    __shared__ int s_row[TT_SEG];
-    __shared__ float s_a[TT_SEG], s_b[TT_SEG], s_h[TT_SEG];
-    __shared__ float s_red[3][TT_THREADS / 32][256];
+// One CTA of TT_WG_WARPS warps per (column slice of 256, segment), slice-major (blockIdx = slice * segs_grid +
+// segment): sums over the segment's pairs (token order) of dg X[r], du X[r], h dY[r] on the slice's columns.
+// Slice-major order keeps the concurrently running CTAs on one slice of X and dY (M x 256 x 2 x 2 B: 16.8 MB at
+// M 16384), which stays in L2. Warp w takes pairs w + TT_WG_WARPS j: lane l holds the sorted record of pair j = l of
+// the current chunk of 32 and the columns 8 l .. 8 l + 8; TT_WG_STEP pairs' rows are loaded before they are used. The warp
+// sums are added in warp order (fixed). A unit's first segment writes dWg[n] = beta dWg[n] + sum (likewise dWu) and
+// dWdT[n] = sum; a later segment writes its partial slot (added by tt_wgrad_reduce_kernel in segment order).
+#define TT_WG_WARPS 4
+#define TT_WG_STEP 4  // pairs whose X and dY rows a warp has in flight at once
+static __global__ void __launch_bounds__(TT_WG_WARPS * 32, 4) tt_wgrad_kernel(
+    const bf16 *__restrict__ X, const bf16 *__restrict__ dY, const uint4 *__restrict__ pairs,
+    const int4 *__restrict__ desc, const int *__restrict__ n_segs, int D, int gated, int accumulate, int segs_grid,
+    float *__restrict__ dWg, float *__restrict__ dWu, float *__restrict__ dWdT, float *__restrict__ part) {
+    constexpr int NW = TT_WG_WARPS;
+    __shared__ float s_red[3][NW][256];
     const int slice = blockIdx.x / segs_grid, b = blockIdx.x - slice * segs_grid;
-    if (b >= seg_off[F]) return;
-    const int n = seg_unit[b], s = b - seg_off[n];
-    const int p0 = unit_off[n] + s * TT_SEG, pend = unit_off[n + 1];
-    const int cnt = pend - p0 < TT_SEG ? (pend - p0 > 0 ? pend - p0 : 0) : TT_SEG;
-    for (int i = threadIdx.x; i < cnt; i += TT_THREADS) {
-        const int p = perm[p0 + i];
-        const uint32_t gu = recs[p].y, d = dgu[p];
-        const float g = tt_bf(gu & 0xFFFFu), u = tt_bf(gu >> 16);
-        s_row[i] = pair_row[p];
-        s_a[i] = tt_bf(d & 0xFFFFu);   // dg (non-gated: dpre, the gradient of Wu)
-        s_b[i] = tt_bf(d >> 16);       // du
-        s_h[i] = gated ? round_bf16(g * u) : g;
-    }
-    __syncthreads();
+    if (b >= *n_segs) return;
+    const int4 sd = desc[b];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c0 = slice * 256 + 8 * lane;
     float aa[8], ab[8], ad[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) aa[i] = ab[i] = ad[i] = 0.0f;
-#pragma unroll 4
-    for (int i = warp; i < cnt; i += TT_THREADS / 32) {
-        float x[8], y[8];
-        load8_bf16(X + (size_t)s_row[i] * D + c0, x);
-        load8_bf16(dY + (size_t)s_row[i] * D + c0, y);
-        const float a = s_a[i], bb = s_b[i], h = s_h[i];
+    for (int q0 = 0; q0 < sd.y; q0 += 32 * NW) {
+        const int my = q0 + warp + NW * lane;
+        const uint4 rec = my < sd.y ? pairs[sd.x + my] : make_uint4(0, 0, 0, 0);
+        const int left = sd.y - q0 - warp, cn = left <= 0 ? 0 : min(32, (left + NW - 1) / NW);
+        for (int j = 0; j < cn; j += TT_WG_STEP) {
+            uint4 xv[TT_WG_STEP], yv[TT_WG_STEP];
+            uint32_t dgu[TT_WG_STEP];
+            float h[TT_WG_STEP];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            aa[j] = fmaf(a, x[j], aa[j]);
-            if (gated) ab[j] = fmaf(bb, x[j], ab[j]);
-            ad[j] = fmaf(h, y[j], ad[j]);
+            for (int q = 0; q < TT_WG_STEP; q++) {
+                const int jj = j + q < cn ? j + q : j;
+                const uint32_t row = __shfl_sync(0xffffffffu, rec.x, jj);
+                dgu[q] = __shfl_sync(0xffffffffu, rec.y, jj);
+                h[q] = __uint_as_float(__shfl_sync(0xffffffffu, rec.z, jj));
+                if (j + q < cn) {
+                    xv[q] = *reinterpret_cast<const uint4 *>(X + (size_t)row * D + c0);
+                    yv[q] = *reinterpret_cast<const uint4 *>(dY + (size_t)row * D + c0);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < TT_WG_STEP; q++) {
+                if (j + q >= cn) break;
+                const float a = tt_bf(dgu[q] & 0xFFFFu), bb = tt_bf(dgu[q] >> 16);
+                const __nv_bfloat162 *x2 = reinterpret_cast<const __nv_bfloat162 *>(&xv[q]);
+                const __nv_bfloat162 *y2 = reinterpret_cast<const __nv_bfloat162 *>(&yv[q]);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 fx = __bfloat1622float2(x2[i]), fy = __bfloat1622float2(y2[i]);
+                    aa[2 * i] = fmaf(a, fx.x, aa[2 * i]);
+                    aa[2 * i + 1] = fmaf(a, fx.y, aa[2 * i + 1]);
+                    if (gated) {
+                        ab[2 * i] = fmaf(bb, fx.x, ab[2 * i]);
+                        ab[2 * i + 1] = fmaf(bb, fx.y, ab[2 * i + 1]);
+                    }
+                    ad[2 * i] = fmaf(h[q], fy.x, ad[2 * i]);
+                    ad[2 * i + 1] = fmaf(h[q], fy.y, ad[2 * i + 1]);
+                }
+            }
         }
     }
 #pragma unroll
@@ -734,24 +808,27 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_wgrad_kernel(
         s_red[2][warp][8 * lane + j] = ad[j];
     }
     __syncthreads();
-    const int t = threadIdx.x, c = slice * 256 + t;  // thread t: column t of the slice
-    float sa = 0.0f, sb = 0.0f, sd = 0.0f;
+    const int n = sd.z;
+    for (int t = threadIdx.x; t < 256; t += NW * 32) {  // column t of the slice
+        const int c = slice * 256 + t;
+        float sa = 0.0f, sb = 0.0f, sdd = 0.0f;
 #pragma unroll
-    for (int w = 0; w < TT_THREADS / 32; w++) {
-        sa += s_red[0][w][t];
-        sb += s_red[1][w][t];
-        sd += s_red[2][w][t];
-    }
-    if (s == 0) {
-        float *Wa = gated ? dWg : dWu;
-        Wa[(size_t)n * D + c] = accumulate ? Wa[(size_t)n * D + c] + sa : sa;
-        if (gated) dWu[(size_t)n * D + c] = accumulate ? dWu[(size_t)n * D + c] + sb : sb;
-        dWdT[(size_t)n * D + c] = sd;
-    } else {
-        float *q = part + (size_t)(seg_off[n] - n + s - 1) * 3 * D + c;
-        q[0] = sa;
-        q[D] = sb;
-        q[2 * D] = sd;
+        for (int w = 0; w < NW; w++) {
+            sa += s_red[0][w][t];
+            sb += s_red[1][w][t];
+            sdd += s_red[2][w][t];
+        }
+        if (sd.w < 0) {
+            float *Wa = gated ? dWg : dWu;
+            Wa[(size_t)n * D + c] = accumulate ? Wa[(size_t)n * D + c] + sa : sa;
+            if (gated) dWu[(size_t)n * D + c] = accumulate ? dWu[(size_t)n * D + c] + sb : sb;
+            dWdT[(size_t)n * D + c] = sdd;
+        } else {
+            float *q = part + (size_t)sd.w * 3 * D + c;
+            q[0] = sa;
+            q[D] = sb;
+            q[2 * D] = sdd;
+        }
     }
 }
 
@@ -780,10 +857,8 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_wgrad_reduce_kernel(cons
 
 // Dense rows, backward element-wise (core/ffn.cuh's ffn_backward, plus h): reads g (G), u (U), dh (DH); writes
 // dg -> G, du -> U, h -> DH (non-gated: dpre -> G, h -> DH).
-static __global__ void tt_dense_bwd_ew_kernel(bf16 *__restrict__ G, bf16 *__restrict__ U, bf16 *__restrict__ DH,
-                                              const int *n_dev, int off, int cap, int F, int gated, float l1_coef) {
-    int n = *n_dev - off;
-    n = n < 0 ? 0 : (n > cap ? cap : n);
+__device__ void tt_dense_bwd_ew(bf16 *__restrict__ G, bf16 *__restrict__ U, bf16 *__restrict__ DH, int n, int F,
+                                int gated, float l1_coef) {
     const long long total = (long long)n * F / 8;
     for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < total; v += (long long)gridDim.x * blockDim.x) {
         const size_t i = (size_t)v * 8;
@@ -808,6 +883,88 @@ static __global__ void tt_dense_bwd_ew_kernel(bf16 *__restrict__ G, bf16 *__rest
         store8_bf16(G + i, dg);
         if (gated) store8_bf16(U + i, du);
         store8_bf16(DH + i, h);
+    }
+}
+
+// The dense rows of one forward or backward, in ONE cooperative launch: the row count is read on the device, the
+// chunks of Rc rows are walked in order, grid-wide barriers between the steps (gather, GEMMs, element-wise, GEMMs,
+// scatter). With no dense row the kernel returns at once: no launches per chunk, no host sync.
+typedef struct {
+    const bf16 *X, *dY, *Wgate, *Wu, *WdT;  // Wgate: Wg (gated) or Wu (non-gated)
+    const int *rows, *n_dev;                // the dense rows, increasing; their number
+    bf16 *out;                              // Y (forward) or dX (backward), rows `rows` written
+    float *dWa, *dWu, *dWdT;                // backward: dWg (non-gated: dWu), dWu, dWd^T, accumulated into
+    float *row_l1;                          // forward: per-row L1
+    uint8_t *fired;                         // forward
+    float l1_coef;                          // backward
+    bf16 *xd, *dyd, *g, *u, *dh, *yd;       // chunk buffers
+    float *part;                            // split-K partial sums
+    int D, F, gated, Rc, split_F, split_D;
+} TtDenseRows;
+
+// GEMM shorthand: C = A op B with A [m, k] k-contiguous.
+__device__ __forceinline__ TtGemmArgs tt_args(const bf16 *A, long long lda, int a_kc, const bf16 *B, long long ldb,
+                                              int b_kc, void *C, long long ldc, int c_f32, int accumulate, int M, int N,
+                                              int K) {
+    TtGemmArgs a;
+    a.A = A; a.lda = lda; a.a_kc = a_kc; a.B = B; a.ldb = ldb; a.b_kc = b_kc; a.A2 = NULL; a.B2 = NULL;
+    a.C = C; a.ldc = ldc; a.c_f32 = c_f32; a.accumulate = accumulate; a.M = M; a.N = N; a.K = K;
+    a.part = NULL; a.split = 1;
+    return a;
+}
+
+// One GEMM over the grid, split-K (then the ordered reduction) when it has few rows; ends with a grid barrier.
+__device__ __forceinline__ void tt_gemm_grid(TtGemmArgs g, int split, float *part, cg::grid_group &grid) {
+    if (g.M <= TT_SPLIT_ROWS && split > 1) { g.split = split; g.part = part; }
+    tt_gemm_tiles(g);
+    grid.sync();
+    if (g.split > 1) {
+        tt_split_reduce(g);
+        grid.sync();
+    }
+}
+
+static __global__ void __launch_bounds__(256, 2) tt_dense_rows_fwd_kernel(const TtDenseRows a) {
+    cg::grid_group grid = cg::this_grid();
+    const int n = *a.n_dev, D = a.D, F = a.F;
+    for (int c0 = 0; c0 < n; c0 += a.Rc) {
+        const int m = min(a.Rc, n - c0);
+        tt_gather_rows(a.X, a.rows + c0, m, D, a.xd);
+        grid.sync();
+        tt_gemm_grid(tt_args(a.xd, D, 1, a.Wgate, D, 1, a.g, F, 0, 0, m, F, D), a.split_F, a.part, grid);
+        if (a.gated) tt_gemm_grid(tt_args(a.xd, D, 1, a.Wu, D, 1, a.u, F, 0, 0, m, F, D), a.split_F, a.part, grid);
+        tt_dense_fwd_ew(a.g, a.u, a.rows + c0, m, F, a.gated, a.row_l1, a.fired);
+        grid.sync();
+        tt_gemm_grid(tt_args(a.g, F, 1, a.WdT, D, 0, a.yd, D, 0, 0, m, D, F), a.split_D, a.part, grid);
+        tt_scatter_rows(a.yd, a.rows + c0, m, D, a.out);
+        grid.sync();
+    }
+}
+
+static __global__ void __launch_bounds__(256, 2) tt_dense_rows_bwd_kernel(const TtDenseRows a) {
+    cg::grid_group grid = cg::this_grid();
+    const int n = *a.n_dev, D = a.D, F = a.F;
+    for (int c0 = 0; c0 < n; c0 += a.Rc) {
+        const int m = min(a.Rc, n - c0);
+        tt_gather_rows(a.X, a.rows + c0, m, D, a.xd);
+        tt_gather_rows(a.dY, a.rows + c0, m, D, a.dyd);
+        grid.sync();
+        // recompute g (u), then dh = dY Wd
+        tt_gemm_grid(tt_args(a.xd, D, 1, a.Wgate, D, 1, a.g, F, 0, 0, m, F, D), a.split_F, a.part, grid);
+        if (a.gated) tt_gemm_grid(tt_args(a.xd, D, 1, a.Wu, D, 1, a.u, F, 0, 0, m, F, D), a.split_F, a.part, grid);
+        tt_gemm_grid(tt_args(a.dyd, D, 1, a.WdT, D, 1, a.dh, F, 0, 0, m, F, D), a.split_F, a.part, grid);
+        tt_dense_bwd_ew(a.g, a.u, a.dh, m, F, a.gated, a.l1_coef);
+        grid.sync();
+        // dX = dg Wg + du Wu (one fp32 accumulator), scattered
+        TtGemmArgs dx = tt_args(a.g, F, 1, a.Wgate, D, 0, a.yd, D, 0, 0, m, D, F);
+        if (a.gated) { dx.A2 = a.u; dx.B2 = a.Wu; }
+        tt_gemm_grid(dx, a.split_D, a.part, grid);
+        tt_scatter_rows(a.yd, a.rows + c0, m, D, a.out);
+        // weight gradients: dW[f][d] += sum_r A[r][f] B[r][d] (K = the chunk's rows)
+        tt_gemm_tiles(tt_args(a.g, F, 0, a.xd, D, 0, a.dWa, D, 1, 1, F, D, m));
+        if (a.gated) tt_gemm_tiles(tt_args(a.u, F, 0, a.xd, D, 0, a.dWu, D, 1, 1, F, D, m));
+        tt_gemm_tiles(tt_args(a.dh, F, 0, a.dyd, D, 0, a.dWdT, D, 1, 1, F, D, m));
+        grid.sync();
     }
 }
 
@@ -886,17 +1043,15 @@ static int twtrain_ws_init(TwTrainWS *ws, int max_M, int D, int F, int gated, in
     cudaCheck(cudaMalloc(&ws->cnt_elig, (M + 1) * sizeof(int)));
     cudaCheck(cudaMalloc(&ws->dense_flag, M));
     cudaCheck(cudaMalloc(&ws->row_l1, M * sizeof(float)));
-    cudaCheck(cudaMalloc(&ws->dgu, P * sizeof(uint32_t)));
-    cudaCheck(cudaMalloc(&ws->pair_row, P * sizeof(int)));
+    cudaCheck(cudaMalloc(&ws->bp_in, P * sizeof(uint4)));
+    cudaCheck(cudaMalloc(&ws->bp_out, P * sizeof(uint4)));
     cudaCheck(cudaMalloc(&ws->keys_in, P * sizeof(uint16_t)));
     cudaCheck(cudaMalloc(&ws->keys_out, P * sizeof(uint16_t)));
-    cudaCheck(cudaMalloc(&ws->vals_in, P * sizeof(int)));
-    cudaCheck(cudaMalloc(&ws->vals_out, P * sizeof(int)));
     cudaCheck(cudaMalloc(&ws->unit_cnt, (F + 1) * sizeof(int)));
     cudaCheck(cudaMalloc(&ws->unit_off, (F + 1) * sizeof(int)));
     cudaCheck(cudaMalloc(&ws->seg_cnt, (F + 1) * sizeof(int)));
     cudaCheck(cudaMalloc(&ws->seg_off, (F + 1) * sizeof(int)));
-    cudaCheck(cudaMalloc(&ws->seg_unit, ((size_t)F + ws->part_slots) * sizeof(int)));
+    cudaCheck(cudaMalloc(&ws->seg_desc, ((size_t)F + ws->part_slots) * sizeof(int4)));
     cudaCheck(cudaMalloc(&ws->part, (size_t)ws->part_slots * 3 * D * sizeof(float)));
     cudaCheck(cudaMalloc(&ws->dwdT, (size_t)F * D * sizeof(float)));
     cudaCheck(cudaMalloc(&ws->xd, Rc * D * sizeof(bf16)));
@@ -905,18 +1060,27 @@ static int twtrain_ws_init(TwTrainWS *ws, int max_M, int D, int F, int gated, in
     cudaCheck(cudaMalloc(&ws->g, Rc * F * sizeof(bf16)));
     cudaCheck(cudaMalloc(&ws->u, Rc * F * sizeof(bf16)));
     cudaCheck(cudaMalloc(&ws->dh, Rc * F * sizeof(bf16)));
-    {  // vals_in = 0, 1, 2, ... (the pool slot index, the payload of the sort)
-        int *h = (int *)malloc(P * sizeof(int));
-        for (size_t i = 0; i < P; i++) h[i] = (int)i;
-        cudaCheck(cudaMemcpy(ws->vals_in, h, P * sizeof(int), cudaMemcpyHostToDevice));
-        free(h);
+    {
+        const size_t a = (size_t)tt_split_count(F) * F, b = (size_t)tt_split_count(D) * D;
+        cudaCheck(cudaMalloc(&ws->split_part, (size_t)TT_SPLIT_ROWS * (a > b ? a : b) * sizeof(float)));
+        int nf = 0, nb = 0, coop = 0;
+        cudaCheck(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nf, tt_dense_rows_fwd_kernel, 256, 0));
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, tt_dense_rows_bwd_kernel, 256, 0));
+        if (!coop || nf < 1 || nb < 1) {
+            fprintf(stderr, "error: twell train ffn: the dense-row kernels need a cooperative launch (device %d: %s, "
+                            "%d / %d CTAs per SM)\n", dev, coop ? "supported" : "not supported", nf, nb);
+            return TWELL_ERR_ARG;
+        }
+        ws->coop_grid_fwd = cuda_sm_count() * (nf < 2 ? nf : 2);
+        ws->coop_grid_bwd = cuda_sm_count() * (nb < 2 ? nb : 2);
     }
     // cub temporary storage: the largest of the scans, the selection and the sort
     size_t b1 = 0, b2 = 0, b3 = 0, b4 = 0;
     cudaCheck(cub::DeviceScan::ExclusiveSum(NULL, b1, ws->cnt_elig, ws->cnt_elig, max_M + 1));
     cudaCheck(cub::DeviceSelect::Flagged(NULL, b2, thrust::counting_iterator<int>(0), ws->dense_flag, ws->ovf_list,
                                          ws->ovf_flag, max_M));
-    cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, b3, ws->keys_in, ws->keys_out, ws->vals_in, ws->vals_out,
+    cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, b3, ws->keys_in, ws->keys_out, ws->bp_in, ws->bp_out,
                                               ws->cap_pairs, 0, 16));
     cudaCheck(cub::DeviceScan::ExclusiveSum(NULL, b4, ws->unit_cnt, ws->unit_off, F + 1));
     ws->cub_bytes = std::max(std::max(b1, b2), std::max(b3, b4));
@@ -926,9 +1090,9 @@ static int twtrain_ws_init(TwTrainWS *ws, int max_M, int D, int F, int gated, in
 
 static void twtrain_ws_free(TwTrainWS *ws) {
     void *p[] = {ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters, ws->gate_scratch, ws->cnt_elig, ws->dense_flag,
-                 ws->row_l1, ws->dgu, ws->pair_row, ws->keys_in, ws->keys_out, ws->vals_in, ws->vals_out, ws->unit_cnt,
-                 ws->unit_off, ws->seg_cnt, ws->seg_off, ws->seg_unit, ws->part, ws->dwdT, ws->xd, ws->dyd, ws->yd, ws->g, ws->u,
-                 ws->dh, ws->cub_tmp};
+                 ws->row_l1, ws->bp_in, ws->bp_out, ws->keys_in, ws->keys_out, ws->unit_cnt,
+                 ws->unit_off, ws->seg_cnt, ws->seg_off, ws->seg_desc, ws->part, ws->dwdT, ws->xd, ws->dyd, ws->yd, ws->g, ws->u,
+                 ws->dh, ws->split_part, ws->cub_tmp};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
         if (p[i]) cudaCheck(cudaFree(p[i]));
     if (ws->prof_on)
@@ -967,14 +1131,22 @@ static inline int tt_grid_rows(long long work) {
     return (int)(b < 1 ? 1 : (b > cap ? cap : b));
 }
 
-// GEMM shorthand: C = A op B with A [m, k] k-contiguous.
-static inline TtGemmArgs tt_args(const bf16 *A, long long lda, int a_kc, const bf16 *B, long long ldb, int b_kc,
-                                 void *C, long long ldc, int c_f32, int accumulate, int M, int N, int K) {
-    TtGemmArgs a;
+// The dense-row kernel's arguments (forward: dY, dW* unused; backward: row_l1, fired unused).
+static inline TtDenseRows tt_dense_args(const TwTrainWS *ws, const TwTrainState *st, const bf16 *X, const bf16 *dY,
+                                        const bf16 *Wgate, const bf16 *Wu, const bf16 *WdT, bf16 *out) {
+    TtDenseRows a;
     memset(&a, 0, sizeof(a));
-    a.A = A; a.lda = lda; a.a_kc = a_kc; a.B = B; a.ldb = ldb; a.b_kc = b_kc; a.C = C; a.ldc = ldc; a.c_f32 = c_f32;
-    a.accumulate = accumulate; a.M = M; a.N = N; a.K = K;
+    a.X = X; a.dY = dY; a.Wgate = Wgate; a.Wu = Wu; a.WdT = WdT; a.out = out;
+    a.rows = st->dense_rows; a.n_dev = &st->stats->n_dense;
+    a.xd = ws->xd; a.dyd = ws->dyd; a.g = ws->g; a.u = ws->u; a.dh = ws->dh; a.yd = ws->yd; a.part = ws->split_part;
+    a.D = ws->D; a.F = ws->F; a.gated = ws->gated; a.Rc = ws->dense_chunk;
+    a.split_F = tt_split_count(ws->F); a.split_D = tt_split_count(ws->D);
     return a;
+}
+
+static inline void tt_dense_launch(const void *kernel, int grid, TtDenseRows *a, cudaStream_t stream) {
+    void *args[] = {a};
+    cudaCheck(cudaLaunchCooperativeKernel(kernel, grid, 256, args, 0, stream));
 }
 
 // Forward. X [M, D]; Wg (NULL for non-gated), Wu, WdT [F, D]; writes Y [M, D] (every row) and the state.
@@ -1014,51 +1186,37 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
     cudaCheckLaunch();
     size_t bytes = ws->cub_bytes;
     cudaCheck(cub::DeviceScan::ExclusiveSum(ws->cub_tmp, bytes, ws->cnt_elig, st->row_ptr, M + 1, stream));
-    tt_assign_kernel<<<CEIL_DIV(M, 256), 256, 0, stream>>>(st->row_ptr, st->row_cnt, M, ws->cap_pairs, ws->dense_flag,
-                                                           st->stats);
+    tt_assign_kernel<<<CEIL_DIV(M, 8), 256, 0, stream>>>(ws->tw, st->row_ptr, st->row_cnt, M, tiles, words,
+                                                         ws->cap_pairs, gated, st->recs, ws->dense_flag, ws->row_l1,
+                                                         fired, st->stats);
     cudaCheckLaunch();
     bytes = ws->cub_bytes;
     cudaCheck(cub::DeviceSelect::Flagged(ws->cub_tmp, bytes, thrust::counting_iterator<int>(0), ws->dense_flag,
                                          st->dense_rows, &st->stats->n_dense, M, stream));
     tt_prof(ws, 2, stream);
-    switch (D / 256) {
+    if (gated) {
+        switch (D / 256) {
 #define TT_FWD(DV)                                                                                                   \
     case DV:                                                                                                         \
-        tt_fwd_up_kernel<DV><<<M, TT_THREADS, 0, stream>>>(X, Wu, WdT, ws->tw, st->row_ptr, st->row_cnt, M, F,      \
-                                                           words, gated, st->recs, Y, ws->row_l1, fired);            \
+        tt_pair_dot_kernel<DV, TT_DOT_UP><<<M, 32 * DV, 0, stream>>>(X, Wu, st->recs, st->row_ptr, st->row_cnt, 1,  \
+                                                                     0.0f, ws->row_l1, NULL, NULL, NULL);         \
         break;
-        TT_FWD(1) TT_FWD(2) TT_FWD(4) TT_FWD(8) TT_FWD(16)
+            TT_FWD(1) TT_FWD(2) TT_FWD(4) TT_FWD(8) TT_FWD(16)
 #undef TT_FWD
-    default:
-        fprintf(stderr, "error: twell train ffn: D=%d: D/256 must be 1, 2, 4, 8 or 16\n", D);
-        return TWELL_ERR_SHAPE;
+        default:
+            fprintf(stderr, "error: twell train ffn: D=%d: D/256 must be 1, 2, 4, 8 or 16\n", D);
+            return TWELL_ERR_SHAPE;
+        }
+        cudaCheckLaunch();
     }
-    cudaCheckLaunch();
     tt_fwd_down_kernel<<<M, TT_THREADS, 0, stream>>>(WdT, st->recs, st->row_ptr, st->row_cnt, D, gated, Y);
     cudaCheckLaunch();
     tt_prof(ws, 3, stream);
-    // dense rows, chunk by chunk (kernels read the count from st->stats->n_dense)
-    const int Rc = ws->dense_chunk;
-    const int *nd = &st->stats->n_dense;
-    for (int c0 = 0; c0 < M; c0 += Rc) {
-        const int cap = M - c0 < Rc ? M - c0 : Rc;
-        tt_gather_kernel<<<tt_grid_rows((long long)cap * D / 8), 256, 0, stream>>>(X, st->dense_rows, nd, c0, cap, D,
-                                                                                     ws->xd);
-        cudaCheckLaunch();
-        for (int gi = 0; gi < (gated ? 2 : 1); gi++) {
-            TtGemmArgs a = tt_args(ws->xd, D, 1, gi == 0 ? Wgate : Wu, D, 1, gi == 0 ? ws->g : ws->u, F, 0, 0, 0, F, D);
-            a.dev_n = nd; a.dev_off = c0; a.dev_cap = cap; a.dev_dim = 1;
-            tt_gemm(&a, cap, stream);
-        }
-        tt_dense_fwd_ew_kernel<<<cuda_sm_count() * 4, TT_THREADS, 0, stream>>>(ws->g, ws->u, st->dense_rows, nd, c0, cap,
-                                                                               F, gated, ws->row_l1, fired);
-        cudaCheckLaunch();
-        TtGemmArgs a = tt_args(ws->g, F, 1, WdT, D, 0, ws->yd, D, 0, 0, 0, D, F);
-        a.dev_n = nd; a.dev_off = c0; a.dev_cap = cap; a.dev_dim = 1;
-        tt_gemm(&a, cap, stream);
-        tt_scatter_kernel<<<tt_grid_rows((long long)cap * D / 8), 256, 0, stream>>>(ws->yd, st->dense_rows, nd, c0, cap,
-                                                                                      D, Y);
-        cudaCheckLaunch();
+    // dense rows (their count is on the device): one cooperative launch
+    {
+        TtDenseRows a = tt_dense_args(ws, st, X, NULL, Wgate, Wu, WdT, Y);
+        a.row_l1 = ws->row_l1; a.fired = fired;
+        tt_dense_launch((const void *)tt_dense_rows_fwd_kernel, ws->coop_grid_fwd, &a, stream);
     }
     tt_prof(ws, 4, stream);
     tt_stats_kernel<<<1, 1024, 0, stream>>>(ws->row_l1, M, ws->counters, st->stats, l1_accum, nnz_accum);
@@ -1084,8 +1242,9 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     switch (D / 256) {
 #define TT_DH(DV)                                                                                                    \
     case DV:                                                                                                         \
-        tt_bwd_dh_kernel<DV><<<M, TT_THREADS, 0, stream>>>(dY, WdT, st->recs, st->row_ptr, st->row_cnt, gated,      \
-                                                           l1_coef, ws->dgu, ws->pair_row, ws->keys_in, ws->unit_cnt); \
+        tt_pair_dot_kernel<DV, TT_DOT_DH><<<M, 32 * DV, 0, stream>>>(dY, WdT, st->recs, st->row_ptr, st->row_cnt,    \
+                                                                     gated, l1_coef, NULL, ws->bp_in, ws->keys_in, \
+                                                                     ws->unit_cnt);                                \
         break;
         TT_DH(1) TT_DH(2) TT_DH(4) TT_DH(8) TT_DH(16)
 #undef TT_DH
@@ -1094,14 +1253,14 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     cudaCheckLaunch();
     tt_prof(ws, 7, stream);
     for (int half = 0; half < 2; half++) {
-        tt_bwd_dx_kernel<<<M, TT_THREADS / 2, 0, stream>>>(Wg, Wu, st->recs, ws->dgu, st->row_ptr, st->row_cnt, D, gated,
+        tt_bwd_dx_kernel<<<M, TT_THREADS / 2, 0, stream>>>(Wg, Wu, ws->bp_in, st->row_ptr, st->row_cnt, D, gated,
                                                           half * D / 2, (half + 1) * D / 2, dX);
         cudaCheckLaunch();
     }
     tt_prof(ws, 8, stream);
     // unit-major order: stable sort of the pool slots by unit (unused slots have key 0xFFFF and sort last)
     size_t bytes = ws->cub_bytes;
-    cudaCheck(cub::DeviceRadixSort::SortPairs(ws->cub_tmp, bytes, ws->keys_in, ws->keys_out, ws->vals_in, ws->vals_out,
+    cudaCheck(cub::DeviceRadixSort::SortPairs(ws->cub_tmp, bytes, ws->keys_in, ws->keys_out, ws->bp_in, ws->bp_out,
                                               ws->cap_pairs, 0, 16, stream));
     tt_seg_count_kernel<<<CEIL_DIV(F + 1, 256), 256, 0, stream>>>(ws->unit_cnt, ws->seg_cnt, F);
     cudaCheckLaunch();
@@ -1110,54 +1269,21 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     bytes = ws->cub_bytes;
     cudaCheck(cub::DeviceScan::ExclusiveSum(ws->cub_tmp, bytes, ws->seg_cnt, ws->seg_off, F + 1, stream));
     tt_prof(ws, 9, stream);
-    tt_seg_unit_kernel<<<CEIL_DIV(F, 256), 256, 0, stream>>>(ws->seg_off, F, ws->seg_unit);
+    tt_seg_desc_kernel<<<CEIL_DIV(F, 256), 256, 0, stream>>>(ws->unit_off, ws->seg_off, F, ws->seg_desc);
     cudaCheckLaunch();
     const int segs_grid = F + ws->part_slots;  // >= the segments of any pattern
-    tt_wgrad_kernel<<<(D / 256) * segs_grid, TT_THREADS, 0, stream>>>(X, dY, st->recs, ws->dgu, ws->pair_row,
-                                                                      ws->vals_out, ws->unit_off, ws->seg_off,
-                                                                      ws->seg_unit, F, D,
-                                                                      gated, accumulate, segs_grid, dWg, dWu, ws->dwdT,
-                                                                      ws->part);
+    tt_wgrad_kernel<<<(D / 256) * segs_grid, TT_WG_WARPS * 32, 0, stream>>>(X, dY, ws->bp_out, ws->seg_desc,
+                                                                           ws->seg_off + F, D, gated, accumulate,
+                                                                           segs_grid, dWg, dWu, ws->dwdT, ws->part);
     cudaCheckLaunch();
     tt_wgrad_reduce_kernel<<<F, TT_THREADS, 0, stream>>>(ws->seg_off, D, gated, dWg, dWu, ws->dwdT, ws->part);
     cudaCheckLaunch();
     tt_prof(ws, 10, stream);
-    // dense rows
-    const int Rc = ws->dense_chunk;
-    const int *nd = &st->stats->n_dense;
-    for (int c0 = 0; c0 < M; c0 += Rc) {
-        const int cap = M - c0 < Rc ? M - c0 : Rc;
-        const int gr = tt_grid_rows((long long)cap * D / 8);
-        tt_gather_kernel<<<gr, 256, 0, stream>>>(X, st->dense_rows, nd, c0, cap, D, ws->xd);
-        tt_gather_kernel<<<gr, 256, 0, stream>>>(dY, st->dense_rows, nd, c0, cap, D, ws->dyd);
-        cudaCheckLaunch();
-        TtGemmArgs a;
-        for (int gi = 0; gi < (gated ? 2 : 1); gi++) {  // recompute g (u)
-            a = tt_args(ws->xd, D, 1, gi == 0 ? Wgate : Wu, D, 1, gi == 0 ? ws->g : ws->u, F, 0, 0, 0, F, D);
-            a.dev_n = nd; a.dev_off = c0; a.dev_cap = cap; a.dev_dim = 1;
-            tt_gemm(&a, cap, stream);
-        }
-        a = tt_args(ws->dyd, D, 1, WdT, D, 1, ws->dh, F, 0, 0, 0, F, D);  // dh = dY Wd
-        a.dev_n = nd; a.dev_off = c0; a.dev_cap = cap; a.dev_dim = 1;
-        tt_gemm(&a, cap, stream);
-        tt_dense_bwd_ew_kernel<<<tt_grid_rows((long long)cap * F / 8), 256, 0, stream>>>(ws->g, ws->u, ws->dh, nd, c0,
-                                                                                          cap, F, gated, l1_coef);
-        cudaCheckLaunch();
-        a = tt_args(ws->g, F, 1, gated ? Wg : Wu, D, 0, ws->yd, D, 0, 0, 0, D, F);  // dX = dg Wg + du Wu
-        if (gated) { a.A2 = ws->u; a.B2 = Wu; }
-        a.dev_n = nd; a.dev_off = c0; a.dev_cap = cap; a.dev_dim = 1;
-        tt_gemm(&a, cap, stream);
-        tt_scatter_kernel<<<gr, 256, 0, stream>>>(ws->yd, st->dense_rows, nd, c0, cap, D, dX);
-        cudaCheckLaunch();
-        // weight gradients: dW[f][d] += sum_r A[r][f] B[r][d]  (K = the chunk's rows, from the device)
-        const bf16 *As[3] = {ws->g, ws->u, ws->dh}, *Bs[3] = {ws->xd, ws->xd, ws->dyd};
-        float *Cs[3] = {gated ? dWg : dWu, dWu, ws->dwdT};
-        for (int q = 0; q < 3; q++) {
-            if (!gated && q == 1) continue;
-            a = tt_args(As[q], F, 0, Bs[q], D, 0, Cs[q], D, 1, 1, F, D, 0);
-            a.dev_n = nd; a.dev_off = c0; a.dev_cap = cap; a.dev_dim = 2;
-            tt_gemm(&a, F, stream);
-        }
+    // dense rows (their count is on the device): one cooperative launch, accumulating into the weight gradients
+    {
+        TtDenseRows a = tt_dense_args(ws, st, X, dY, Wgate, Wu, WdT, dX);
+        a.dWa = gated ? dWg : dWu; a.dWu = dWu; a.dWdT = ws->dwdT; a.l1_coef = l1_coef;
+        tt_dense_launch((const void *)tt_dense_rows_bwd_kernel, ws->coop_grid_bwd, &a, stream);
     }
     tt_prof(ws, 11, stream);
     dim3 tb(32, 8), tg(D / 32, F / 32);

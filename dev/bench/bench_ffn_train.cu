@@ -68,10 +68,10 @@ int main(int argc, char **argv) {
         if (prof) {
             twtrain_prof_enable(&ws);
             cudaFuncAttributes fa;
-            void *ks[4] = {(void *)tt_fwd_up_kernel<8>, (void *)tt_bwd_dh_kernel<8>, (void *)tt_bwd_dx_kernel,
-                           (void *)tt_wgrad_kernel};
-            const char *kn[4] = {"fwd_up<8>", "bwd_dh<8>", "bwd_dx", "wgrad"};
-            for (int k = 0; k < 4; k++) {
+            void *ks[5] = {(void *)tt_assign_kernel, (void *)tt_pair_dot_kernel<8, TT_DOT_UP>,
+                           (void *)tt_pair_dot_kernel<8, TT_DOT_DH>, (void *)tt_bwd_dx_kernel, (void *)tt_wgrad_kernel};
+            const char *kn[5] = {"assign", "fwd_up<8>", "bwd_dh<8>", "bwd_dx", "wgrad"};
+            for (int k = 0; k < 5; k++) {
                 cudaCheck(cudaFuncGetAttributes(&fa, ks[k]));
                 printf("# kernel %s: %d registers, %zu B static smem, local %zu B\n", kn[k], fa.numRegs, fa.sharedSizeBytes,
                        fa.localSizeBytes);

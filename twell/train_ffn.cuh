@@ -350,11 +350,11 @@ __device__ __forceinline__ float tt_dot8b(const uint4 w, const uint4 x) {
     return s;
 }
 
-// One warp per row: sparse iff eligible and its pairs fit the pool (row_ptr monotone in r). A sparse row's TwELL
-// entries are written to its pool slots in column order, recs[row_ptr[r] + k] = (unit, g bits) (the up kernel adds
-// u), and its units are marked in fired. Non-gated: row_l1[r] = sum g (h = relu(g): no up kernel).
+// One warp per row: sparse iff eligible and its pairs fit the pool (row_ptr monotone in r). Non-gated (parse = 1; the
+// gated up kernel parses its row itself): a sparse row's TwELL entries are written to its pool slots in column order,
+// recs[row_ptr[r] + k] = (unit, g bits), its units marked in fired, row_l1[r] = sum g (h = relu(g): no up kernel).
 static __global__ void tt_assign_kernel(const uint32_t *__restrict__ tw, const int *__restrict__ row_ptr,
-                                        int *__restrict__ row_cnt, int M, int tiles, int words, int cap, int gated,
+                                        int *__restrict__ row_cnt, int M, int tiles, int words, int cap, int parse,
                                         uint2 *__restrict__ recs, uint8_t *__restrict__ dense_flag,
                                         float *__restrict__ row_l1, uint8_t *__restrict__ fired,
                                         TwTrainStats *__restrict__ st) {
@@ -377,7 +377,7 @@ static __global__ void tt_assign_kernel(const uint32_t *__restrict__ tw, const i
         if (e > 0) atomicMax(&st->sparse_pairs, (unsigned long long)e);
         if (f) atomicAdd(&st->n_pool_full, f);
     }
-    if (!sparse) return;
+    if (!sparse || !parse) return;
     // lane t < tiles (<= 32): tile t's count and its first slot in the row (warp scan)
     const uint32_t *row = tw + (size_t)r * tiles * words;
     const int tc = lane < tiles ? (int)row[(size_t)lane * words] : 0;
@@ -402,10 +402,8 @@ static __global__ void tt_assign_kernel(const uint32_t *__restrict__ tw, const i
             l1 += tt_bf(w >> 16);
         }
     }
-    if (!gated) {
-        l1 = warp_sum(l1);
-        if (lane == 0) row_l1[r] = l1;
-    }
+    l1 = warp_sum(l1);
+    if (lane == 0) row_l1[r] = l1;
 }
 
 // 16 bytes through the read-only path, as a volatile asm: a run of these stays in program order, so all of a step's
@@ -433,35 +431,61 @@ __device__ __forceinline__ float tt_warp_sum8(const float p[8], int lane) {
 
 // One CTA of 32 DV threads per sparse row r (DV = D / 256): s_k = fp32 dot(V[r], W[n_k]) for each pair k of the row,
 // then, by MODE:
-//   TT_DOT_UP (gated forward; V = X, W = Wu): u = bf16(s), written into the pair's record (unit, g, u);
-//     row_l1[r] = sum |g u| (fixed order).
+//   TT_DOT_UP (gated forward; V = X, W = Wu): the row's pairs come from its TwELL entries (column order; units marked
+//     in fired); u = bf16(s); the pair's record (unit, g, u) written to the pool; row_l1[r] = sum |g u| (fixed order).
 //   TT_DOT_DH (backward; V = dY, W = WdT): dh = bf16(s) -> (dg, du) (non-gated: dpre), the pair's 16-byte backward
 //     record (row, dg | du << 16, h bits, unit) in pool order, its sort key (the unit, from the pattern), unit counts.
 // Warp w owns the columns [256 w, 256 w + 256): lane l holds V[r][256 w + 8 l .. + 8] and loads the same 16 bytes
 // of 8 pairs' weight rows per step (8 loads in flight, few registers: many CTAs per SM). The 8 partial dots are
-// summed over the warp by tt_warp_sum8, the warps' sums in warp order. Pairs go through shared memory in chunks of
-// TT_DOT_CHUNK.
+// summed over the warp by tt_warp_sum8, the warps' sums in warp order (partials in shared memory, TT_DOT_CHUNK pairs
+// at a time). A row has at most 31 F / 256 <= TT_ROW_SMEM pairs (TwELL slots).
 enum { TT_DOT_UP = 0, TT_DOT_DH = 1 };
 #define TT_DOT_CHUNK 256
 template <int DV, int MODE>
 static __global__ void __launch_bounds__(32 * DV, 1) tt_pair_dot_kernel(
     const bf16 *__restrict__ V, const bf16 *__restrict__ W, uint2 *__restrict__ recs, const int *__restrict__ row_ptr,
-    const int *__restrict__ row_cnt, int gated, float l1_coef, float *__restrict__ row_l1, uint4 *__restrict__ bpair,
+    const int *__restrict__ row_cnt, const uint32_t *__restrict__ tw, int tiles, int words,
+    uint8_t *__restrict__ fired, int gated, float l1_coef, float *__restrict__ row_l1, uint4 *__restrict__ bpair,
     uint16_t *__restrict__ keys, int *__restrict__ unit_cnt) {
     constexpr int D = DV * 256;
-    __shared__ uint2 s_rec[TT_DOT_CHUNK];
+    __shared__ uint2 s_rec_all[TT_ROW_SMEM];
     __shared__ float s_part[DV][TT_DOT_CHUNK];
     __shared__ float s_sum[32];
+    __shared__ int s_tc[32], s_toff[32];
     const int r = blockIdx.x;
     const int n = row_cnt[r];
     if (n < 0 || (MODE == TT_DOT_DH && n == 0)) return;  // dense row (or nothing to do)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, col = 256 * warp + 8 * lane, base = row_ptr[r];
     const uint4 v = *reinterpret_cast<const uint4 *>(V + (size_t)r * D + col);
+    if (MODE == TT_DOT_UP) {  // the row's TwELL entries -> s_rec_all (column order), fired
+        const uint32_t *row = tw + (size_t)r * tiles * words;
+        if (warp == 0) {
+            const int tc = lane < tiles ? (int)row[(size_t)lane * words] : 0;
+            int incl = tc;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int x = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += x;
+            }
+            s_tc[lane] = tc;
+            s_toff[lane] = incl - tc;
+        }
+        __syncthreads();
+        for (int t = warp; t < tiles; t += DV)
+            if (lane < s_tc[t]) {
+                const uint32_t w = __ldg(row + (size_t)t * words + 1 + lane);
+                const int unit = t * TWELL_TILE + (int)(w & 0xFFu);
+                s_rec_all[s_toff[t] + lane] = make_uint2((uint32_t)unit, w >> 16);
+                if (!fired[unit]) fired[unit] = 1;
+            }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) s_rec_all[i] = recs[base + i];
+    }
+    __syncthreads();
     float l1 = 0.0f;
     for (int c0 = 0; c0 < n; c0 += TT_DOT_CHUNK) {
         const int cn = min(TT_DOT_CHUNK, n - c0);
-        for (int i = threadIdx.x; i < cn; i += blockDim.x) s_rec[i] = recs[base + c0 + i];
-        __syncthreads();
+        const uint2 *s_rec = s_rec_all + c0;
         for (int k = 0; k < cn; k += 8) {
             uint4 w[8];
 #pragma unroll
@@ -507,7 +531,7 @@ static __global__ void __launch_bounds__(32 * DV, 1) tt_pair_dot_kernel(
                 atomicAdd(&unit_cnt[rec.x], 1);
             }
         }
-        __syncthreads();  // s_rec and s_part are reused by the next chunk
+        __syncthreads();  // s_part is reused by the next chunk
     }
     if (MODE == TT_DOT_UP) {
         l1 = block_sum(l1, s_sum);
@@ -1187,7 +1211,7 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
     size_t bytes = ws->cub_bytes;
     cudaCheck(cub::DeviceScan::ExclusiveSum(ws->cub_tmp, bytes, ws->cnt_elig, st->row_ptr, M + 1, stream));
     tt_assign_kernel<<<CEIL_DIV(M, 8), 256, 0, stream>>>(ws->tw, st->row_ptr, st->row_cnt, M, tiles, words,
-                                                         ws->cap_pairs, gated, st->recs, ws->dense_flag, ws->row_l1,
+                                                         ws->cap_pairs, !gated, st->recs, ws->dense_flag, ws->row_l1,
                                                          fired, st->stats);
     cudaCheckLaunch();
     bytes = ws->cub_bytes;
@@ -1198,8 +1222,9 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
         switch (D / 256) {
 #define TT_FWD(DV)                                                                                                   \
     case DV:                                                                                                         \
-        tt_pair_dot_kernel<DV, TT_DOT_UP><<<M, 32 * DV, 0, stream>>>(X, Wu, st->recs, st->row_ptr, st->row_cnt, 1,  \
-                                                                     0.0f, ws->row_l1, NULL, NULL, NULL);         \
+        tt_pair_dot_kernel<DV, TT_DOT_UP><<<M, 32 * DV, 0, stream>>>(X, Wu, st->recs, st->row_ptr, st->row_cnt,      \
+                                                                     ws->tw, tiles, words, fired, 1, 0.0f,         \
+                                                                     ws->row_l1, NULL, NULL, NULL);                \
         break;
             TT_FWD(1) TT_FWD(2) TT_FWD(4) TT_FWD(8) TT_FWD(16)
 #undef TT_FWD
@@ -1243,8 +1268,8 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
 #define TT_DH(DV)                                                                                                    \
     case DV:                                                                                                         \
         tt_pair_dot_kernel<DV, TT_DOT_DH><<<M, 32 * DV, 0, stream>>>(dY, WdT, st->recs, st->row_ptr, st->row_cnt,    \
-                                                                     gated, l1_coef, NULL, ws->bp_in, ws->keys_in, \
-                                                                     ws->unit_cnt);                                \
+                                                                     NULL, 0, 0, NULL, gated, l1_coef, NULL,       \
+                                                                     ws->bp_in, ws->keys_in, ws->unit_cnt);        \
         break;
         TT_DH(1) TT_DH(2) TT_DH(4) TT_DH(8) TT_DH(16)
 #undef TT_DH

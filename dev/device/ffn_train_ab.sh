@@ -41,3 +41,27 @@ for line in open(sys.argv[1], errors="replace"):
         if line.strip().startswith(key) and name: print(f"{name[:40]:40s} {line.strip()}")
 PY
 fi
+if [ -n "${NCU_MEM:-}" ]; then  # memory metrics of the sparse kernels (this tree's binary): where the bytes come from
+  NCUB=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  m=gpu__time_duration.sum,lts__t_sector_hit_rate.pct,l1tex__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed
+  m=$m,l1tex__throughput.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  m=$m,sm__warps_active.avg.pct_of_peak_sustained_active,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum
+  timeout 200 "$NCUB" --clock-control none --csv --metrics "$m" -k "regex:${NCU_MEM_RE:-tt_wgrad_kernel|tt_fwd_down|tt_pair_dot|tt_assign|tt_bwd_dx}" \
+    build/bench_ffn_train --M 16384 --nnz 29 --reps 1 > "$OUT/ncu_mem.csv" 2>&1; echo "$(el) ncu mem rc=$?"
+  python3 - "$OUT/ncu_mem.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1], errors="replace")) if len(r) > 10]
+if not rows: print(open(sys.argv[1]).read()[-2000:]); sys.exit()
+h = rows[0]; ki, mi, vi = h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Value")
+seen = collections.OrderedDict()
+for r in rows[1:]:
+    seen.setdefault(r[ki][:34], {})[r[mi]] = r[vi]
+short = {"gpu__time_duration.sum": "us", "lts__t_sector_hit_rate.pct": "L2hit%", "l1tex__t_sector_hit_rate.pct": "L1hit%",
+         "lts__throughput.avg.pct_of_peak_sustained_elapsed": "L2thr%", "l1tex__throughput.avg.pct_of_peak_sustained_active": "L1thr%",
+         "dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM%", "sm__warps_active.avg.pct_of_peak_sustained_active": "occ%",
+         "lts__t_sectors_srcunit_tex_op_read.sum": "L2rdSect", "dram__bytes_read.sum": "DRAMrd"}
+print("kernel".ljust(36) + " ".join(v.rjust(10) for v in short.values()))
+for k, d in seen.items():
+    print(k.ljust(36) + " ".join(d.get(m, "-").rjust(10)[:10] for m in short))
+PY
+fi

@@ -167,7 +167,7 @@ __device__ __forceinline__ void ttg_load_tile(bf16 (*S)[TTG_LDS], const bf16 *P,
     }
 }
 
-__device__ __noinline__ void tt_gemm_tiles(const TtGemmArgs a) {
+static __device__ __noinline__ void tt_gemm_tiles(const TtGemmArgs a) {
     __shared__ __align__(16) bf16 As[TTG_BM][TTG_LDS];
     __shared__ __align__(16) bf16 Bs[TTG_BN][TTG_LDS];
     const int M = a.M, K = a.K;
@@ -255,7 +255,7 @@ __device__ __noinline__ void tt_gemm_tiles(const TtGemmArgs a) {
 }
 
 // The split-K partial sums added in split order: C = (accumulate ? C : 0) + sum_s part[s].
-__device__ void tt_split_reduce(const TtGemmArgs a) {
+static __device__ void tt_split_reduce(const TtGemmArgs a) {
     const long long total = (long long)a.M * a.N / 2;
     for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < total; v += (long long)gridDim.x * blockDim.x) {
         const int r = (int)(2 * v / a.N), c = (int)(2 * v - (long long)r * a.N);
@@ -596,7 +596,7 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_down_kernel(const bf
 }
 
 // out[i, :] = in[rows[off + i], :] for i < clamp(*n - off, 0, cap). D % 8 == 0.
-__device__ void tt_gather_rows(const bf16 *__restrict__ in, const int *__restrict__ rows, int n, int D,
+static __device__ void tt_gather_rows(const bf16 *__restrict__ in, const int *__restrict__ rows, int n, int D,
                                bf16 *__restrict__ out) {  // out[i] = in[rows[i]], i < n
     const int chunks = D / 8;
     const long long total = (long long)n * chunks;
@@ -605,7 +605,7 @@ __device__ void tt_gather_rows(const bf16 *__restrict__ in, const int *__restric
         reinterpret_cast<uint4 *>(out)[(size_t)r * chunks + c] = reinterpret_cast<const uint4 *>(in)[(size_t)rows[r] * chunks + c];
     }
 }
-__device__ void tt_scatter_rows(const bf16 *__restrict__ in, const int *__restrict__ rows, int n, int D,
+static __device__ void tt_scatter_rows(const bf16 *__restrict__ in, const int *__restrict__ rows, int n, int D,
                                 bf16 *__restrict__ out) {  // out[rows[i]] = in[i], i < n
     const int chunks = D / 8;
     const long long total = (long long)n * chunks;
@@ -617,7 +617,7 @@ __device__ void tt_scatter_rows(const bf16 *__restrict__ in, const int *__restri
 
 // Dense rows, forward element-wise: one block per chunk row i: G[i] <- bf16(relu(g) * u) (non-gated: relu(g)),
 // row_l1[rows[i]] = sum |relu(g) * u| (fp32, block_sum: fixed order), fired flags.
-__device__ void tt_dense_fwd_ew(bf16 *__restrict__ G, const bf16 *__restrict__ U, const int *__restrict__ rows, int n,
+static __device__ void tt_dense_fwd_ew(bf16 *__restrict__ G, const bf16 *__restrict__ U, const int *__restrict__ rows, int n,
                                 int F, int gated, float *__restrict__ row_l1, uint8_t *__restrict__ fired) {
     __shared__ float sh[32];
     for (int i = blockIdx.x; i < n; i += gridDim.x) {
@@ -881,7 +881,7 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_wgrad_reduce_kernel(cons
 
 // Dense rows, backward element-wise (core/ffn.cuh's ffn_backward, plus h): reads g (G), u (U), dh (DH); writes
 // dg -> G, du -> U, h -> DH (non-gated: dpre -> G, h -> DH).
-__device__ void tt_dense_bwd_ew(bf16 *__restrict__ G, bf16 *__restrict__ U, bf16 *__restrict__ DH, int n, int F,
+static __device__ void tt_dense_bwd_ew(bf16 *__restrict__ G, bf16 *__restrict__ U, bf16 *__restrict__ DH, int n, int F,
                                 int gated, float l1_coef) {
     const long long total = (long long)n * F / 8;
     for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < total; v += (long long)gridDim.x * blockDim.x) {

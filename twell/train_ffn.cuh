@@ -55,6 +55,7 @@
 #include "core/ffn.cuh"
 #include "kernel_utils.cuh"
 #include "matmul.cuh"
+#include "tc_utils.cuh"
 #include "twell/format.h"
 #include "twell/gate.cuh"
 #include "twell/gate_wgmma.cuh"
@@ -126,8 +127,9 @@ typedef struct {
 // tt_gemm_tiles: C[m, n] (+)= sum_k A(m, k) B(k, n) [+ sum_k A2(m, k) B2(k, n)], bf16 in, fp32 accumulate, out bf16
 // or fp32. A(m, k) = A[m * lda + k] (a_kc = 1) or A[k * lda + m] (a_kc = 0); B(k, n) = B[n * ldb + k] (b_kc = 1) or
 // B[k * ldb + n] (b_kc = 0). The contiguous dimension of each operand must be a multiple of 8, N % 128 == 0. A device
-// function of the dense-row kernels (their row count is on the device): the whole grid walks the 128 x 128 tiles
-// (mma.sync m16n8k16), times the split-K parts. Fixed summation order over k: deterministic.
+// function of the dense-row kernels (their row count is on the device): the whole grid walks the 128 x 128 tiles,
+// times the split-K parts; k tiles of 32 double-buffered through cp.async, fragments by ldmatrix (.trans for the
+// row-contiguous operands), mma.sync m16n8k16. Fixed summation order over k: deterministic.
 // ---------------------------------------------------------------------------------------------------
 #define TTG_BM 128
 #define TTG_BN 128
@@ -147,29 +149,33 @@ typedef struct {
     int split;
 } TtGemmArgs;
 
-__device__ __forceinline__ void ttg_load_tile(bf16 (*S)[TTG_LDS], const bf16 *P, long long ld, int kc, int r0, int rows,
-                                              int k0, int K) {
-    // S[i][kk] = P(r0 + i, k0 + kk) for i < 128, kk < 32 (zero outside [rows) x [K))
+// One stage of a 128 x 32 operand tile in shared memory, by cp.async (zero-filled outside [rows) x [K)):
+//   kc = 1 (k contiguous in global memory): S[i * TTG_LDS + kk] = P(r0 + i, k0 + kk)      (i < 128, kk < 32)
+//   kc = 0 (rows contiguous):               S[kk * TTG_LDT + i] = P(r0 + i, k0 + kk)
+// kc = 0 needs rows % 8 == 0 (a 16-byte chunk is 8 rows): true of every such operand here (F and D).
+#define TTG_LDT 136             // padded row of the kc = 0 layout (bf16): conflict-free ldmatrix.trans
+#define TTG_STAGE (TTG_BM * TTG_LDS)  // bf16 per operand stage (>= TTG_BK * TTG_LDT)
+__device__ __forceinline__ void ttg_load_async(bf16 *S, const bf16 *P, long long ld, int kc, int r0, int rows, int k0,
+                                               int K) {
     for (int v = threadIdx.x; v < 512; v += blockDim.x) {
         if (kc) {
             const int i = v >> 2, kk = (v & 3) * 8;
-            uint4 val = make_uint4(0, 0, 0, 0);
-            if (r0 + i < rows && k0 + kk < K) val = *reinterpret_cast<const uint4 *>(P + (size_t)(r0 + i) * ld + k0 + kk);
-            *reinterpret_cast<uint4 *>(&S[i][kk]) = val;
+            const bool ok = r0 + i < rows && k0 + kk < K;
+            tc_cp_async16(S + i * TTG_LDS + kk, ok ? (const void *)(P + (size_t)(r0 + i) * ld + k0 + kk) : (const void *)P,
+                          ok ? 16 : 0);
         } else {
             const int kk = v >> 4, i = (v & 15) * 8;
-            uint4 val = make_uint4(0, 0, 0, 0);
-            if (k0 + kk < K && r0 + i < rows) val = *reinterpret_cast<const uint4 *>(P + (size_t)(k0 + kk) * ld + r0 + i);
-            const bf16 *e = reinterpret_cast<const bf16 *>(&val);
-#pragma unroll
-            for (int j = 0; j < 8; j++) S[i + j][kk] = (r0 + i + j < rows) ? e[j] : __float2bfloat16_rn(0.0f);
+            const bool ok = k0 + kk < K && r0 + i < rows;
+            tc_cp_async16(S + kk * TTG_LDT + i, ok ? (const void *)(P + (size_t)(k0 + kk) * ld + r0 + i) : (const void *)P,
+                          ok ? 16 : 0);
         }
     }
 }
 
 static __device__ __noinline__ void tt_gemm_tiles(const TtGemmArgs a) {
-    __shared__ __align__(16) bf16 As[TTG_BM][TTG_LDS];
-    __shared__ __align__(16) bf16 Bs[TTG_BN][TTG_LDS];
+    // two stages (double buffering): the next k tile's cp.async runs while the tensor cores use this one
+    __shared__ __align__(16) bf16 As[2][TTG_STAGE];
+    __shared__ __align__(16) bf16 Bs[2][TTG_STAGE];
     const int M = a.M, K = a.K;
     if (K == 0 && a.accumulate) return;  // nothing to add
     const int tiles_m = (M + TTG_BM - 1) / TTG_BM, tiles_n = a.N / TTG_BN, tiles = tiles_m * tiles_n;
@@ -178,6 +184,8 @@ static __device__ __noinline__ void tt_gemm_tiles(const TtGemmArgs a) {
     const int nk = (K + TTG_BK - 1) / TTG_BK, passes = a.A2 ? 2 : 1;
     const int S = a.split > 1 ? a.split : 1;
     const int nq = passes * nk, qs = (nq + S - 1) / S;  // k tiles over both passes, per split
+    // ldmatrix lane offsets (core/tc_utils.cuh: fragment layouts): kc = 1 tiles with ldmatrix, kc = 0 with .trans
+    const int l7 = lane & 7, l8 = ((lane >> 3) & 1) * 8, l16 = (lane >> 4) * 8;
     for (int item = blockIdx.x; item < tiles * S; item += gridDim.x) {
         const int t = item % tiles, sp = item / tiles;
         const int m0 = (t / tiles_n) * TTG_BM, n0 = (t % tiles_n) * TTG_BN;
@@ -188,45 +196,56 @@ static __device__ __noinline__ void tt_gemm_tiles(const TtGemmArgs a) {
             for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
-        const int q1 = min(nq, (sp + 1) * qs);
-        for (int q = sp * qs; q < q1; q++) {
+        const int q0 = sp * qs, q1 = min(nq, (sp + 1) * qs);
+        auto load = [&](int q, int st) {
             const int pass = q >= nk, kt = q - pass * nk;
-            const bf16 *A = pass ? a.A2 : a.A, *B = pass ? a.B2 : a.B;
-            {
-                const int k0 = kt * TTG_BK;
-                ttg_load_tile(As, A, a.lda, a.a_kc, m0, M, k0, K);
-                ttg_load_tile(Bs, B, a.ldb, a.b_kc, n0, a.N, k0, K);
-                __syncthreads();
-#pragma unroll
-                for (int ks = 0; ks < TTG_BK; ks += 16) {
-                    uint32_t af[4][4], bfr[4][2];
-#pragma unroll
-                    for (int mi = 0; mi < 4; mi++) {
-                        const int r = wm * 64 + mi * 16 + gq;
-                        af[mi][0] = *reinterpret_cast<const uint32_t *>(&As[r][ks + 2 * tq]);
-                        af[mi][1] = *reinterpret_cast<const uint32_t *>(&As[r + 8][ks + 2 * tq]);
-                        af[mi][2] = *reinterpret_cast<const uint32_t *>(&As[r][ks + 2 * tq + 8]);
-                        af[mi][3] = *reinterpret_cast<const uint32_t *>(&As[r + 8][ks + 2 * tq + 8]);
-                    }
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) {
-                        const int c = wn * 32 + ni * 8 + gq;
-                        bfr[ni][0] = *reinterpret_cast<const uint32_t *>(&Bs[c][ks + 2 * tq]);
-                        bfr[ni][1] = *reinterpret_cast<const uint32_t *>(&Bs[c][ks + 2 * tq + 8]);
-                    }
-#pragma unroll
-                    for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-                        for (int ni = 0; ni < 4; ni++)
-                            asm volatile(
-                                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                                "{%8,%9}, {%0,%1,%2,%3};"
-                                : "+f"(acc[mi][ni][0]), "+f"(acc[mi][ni][1]), "+f"(acc[mi][ni][2]), "+f"(acc[mi][ni][3])
-                                : "r"(af[mi][0]), "r"(af[mi][1]), "r"(af[mi][2]), "r"(af[mi][3]), "r"(bfr[ni][0]),
-                                  "r"(bfr[ni][1]));
-                }
-                __syncthreads();
+            ttg_load_async(As[st], pass ? a.A2 : a.A, a.lda, a.a_kc, m0, M, kt * TTG_BK, K);
+            ttg_load_async(Bs[st], pass ? a.B2 : a.B, a.ldb, a.b_kc, n0, a.N, kt * TTG_BK, K);
+            tc_cp_async_commit();
+        };
+        if (q0 < q1) load(q0, 0);
+        for (int q = q0; q < q1; q++) {
+            const int st = (q - q0) & 1;
+            if (q + 1 < q1) {
+                load(q + 1, st ^ 1);
+                tc_cp_async_wait<1>();
+            } else {
+                tc_cp_async_wait<0>();
             }
+            __syncthreads();
+            const bf16 *Ast = As[st], *Bst = Bs[st];
+#pragma unroll
+            for (int ks = 0; ks < TTG_BK; ks += 16) {
+                uint32_t af[4][4], bfr[4][2];
+#pragma unroll
+                for (int mi = 0; mi < 4; mi++) {
+                    const int r = wm * 64 + mi * 16;
+                    if (a.a_kc) tc_ldsm_x4(af[mi], Ast + (r + l7 + l8) * TTG_LDS + ks + l16);
+                    else tc_ldsm_x4_trans(af[mi], Ast + (ks + l7 + l16) * TTG_LDT + r + l8);
+                }
+#pragma unroll
+                for (int nj = 0; nj < 2; nj++) {
+                    const int c = wn * 32 + nj * 16;
+                    uint32_t rb[4];
+                    if (a.b_kc) tc_ldsm_x4(rb, Bst + (c + l7 + l16) * TTG_LDS + ks + l8);
+                    else tc_ldsm_x4_trans(rb, Bst + (ks + l7 + l8) * TTG_LDT + c + l16);
+                    bfr[2 * nj][0] = rb[0];
+                    bfr[2 * nj][1] = rb[1];
+                    bfr[2 * nj + 1][0] = rb[2];
+                    bfr[2 * nj + 1][1] = rb[3];
+                }
+#pragma unroll
+                for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++)
+                        asm volatile(
+                            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                            "{%8,%9}, {%0,%1,%2,%3};"
+                            : "+f"(acc[mi][ni][0]), "+f"(acc[mi][ni][1]), "+f"(acc[mi][ni][2]), "+f"(acc[mi][ni][3])
+                            : "r"(af[mi][0]), "r"(af[mi][1]), "r"(af[mi][2]), "r"(af[mi][3]), "r"(bfr[ni][0]),
+                              "r"(bfr[ni][1]));
+            }
+            __syncthreads();  // the next iteration's cp.async overwrites the stage read here
         }
 #pragma unroll
         for (int mi = 0; mi < 4; mi++)
@@ -948,7 +967,7 @@ __device__ __forceinline__ void tt_gemm_grid(TtGemmArgs g, int split, float *par
     }
 }
 
-static __global__ void __launch_bounds__(256, 2) tt_dense_rows_fwd_kernel(const TtDenseRows a) {
+static __global__ void __launch_bounds__(256, 1) tt_dense_rows_fwd_kernel(const TtDenseRows a) {
     cg::grid_group grid = cg::this_grid();
     const int n = *a.n_dev, D = a.D, F = a.F;
     for (int c0 = 0; c0 < n; c0 += a.Rc) {
@@ -965,7 +984,7 @@ static __global__ void __launch_bounds__(256, 2) tt_dense_rows_fwd_kernel(const 
     }
 }
 
-static __global__ void __launch_bounds__(256, 2) tt_dense_rows_bwd_kernel(const TtDenseRows a) {
+static __global__ void __launch_bounds__(256, 1) tt_dense_rows_bwd_kernel(const TtDenseRows a) {
     cg::grid_group grid = cg::this_grid();
     const int n = *a.n_dev, D = a.D, F = a.F;
     for (int c0 = 0; c0 < n; c0 += a.Rc) {

@@ -121,6 +121,7 @@ typedef struct {
     bf16 *xd, *dyd, *g, *u, *dh, *yd;  // [chunk, D], [chunk, D], [chunk, F] x 3, [chunk, D]
     float *split_part;   // split-K partial sums of the dense-row GEMMs: [TT_SPLIT_ROWS * max(s_F F, s_D D)]
     int coop_grid_fwd, coop_grid_bwd;  // CTAs of the dense-row kernels (all co-resident: cooperative launch)
+    int split_F, split_D;              // split-K parts of their GEMMs with N = F and N = D (tt_split_count)
 } TwTrainWS;
 
 // ---------------------------------------------------------------------------------------------------
@@ -369,6 +370,25 @@ __device__ __forceinline__ float tt_dot8b(const uint4 w, const uint4 x) {
     return s;
 }
 
+// A row's TwELL tiles, one warp: lane t < tiles (<= 32) gets tile t's entry count *tc and its first slot in the row
+// (exclusive warp scan) *toff. tt_tw_entry decodes entry k of tile t: (unit, g bits).
+__device__ __forceinline__ void tt_tile_offsets(const uint32_t *__restrict__ row, int tiles, int words, int lane, int *tc,
+                                                int *toff) {
+    const int c = lane < tiles ? (int)row[(size_t)lane * words] : 0;
+    int incl = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int x = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += x;
+    }
+    *tc = c;
+    *toff = incl - c;
+}
+__device__ __forceinline__ uint2 tt_tw_entry(const uint32_t *__restrict__ row, int t, int k, int words) {
+    const uint32_t w = __ldg(row + (size_t)t * words + 1 + k);
+    return make_uint2((uint32_t)(t * TWELL_TILE + (int)(w & 0xFFu)), w >> 16);
+}
+
 // One warp per row: sparse iff eligible and its pairs fit the pool (row_ptr monotone in r). Non-gated (parse = 1; the
 // gated up kernel parses its row itself): a sparse row's TwELL entries are written to its pool slots in column order,
 // recs[row_ptr[r] + k] = (unit, g bits), its units marked in fired, row_l1[r] = sum g (h = relu(g): no up kernel).
@@ -397,28 +417,21 @@ static __global__ void tt_assign_kernel(const uint32_t *__restrict__ tw, const i
         if (f) atomicAdd(&st->n_pool_full, f);
     }
     if (!sparse || !parse) return;
-    // lane t < tiles (<= 32): tile t's count and its first slot in the row (warp scan)
     const uint32_t *row = tw + (size_t)r * tiles * words;
-    const int tc = lane < tiles ? (int)row[(size_t)lane * words] : 0;
-    int incl = tc;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-    }
+    int tc, toff;
+    tt_tile_offsets(row, tiles, words, lane, &tc, &toff);
     const int base = row_ptr[r];
     float l1 = 0.0f;
     // lane k: entry k of tile t (k < words - 1 <= 31). fired is read before it is written: a handful of hot cache
     // lines that every row would otherwise store to.
 #pragma unroll 4
     for (int t = 0; t < tiles; t++) {
-        const int cnt_t = __shfl_sync(0xffffffffu, tc, t), off_t = __shfl_sync(0xffffffffu, incl - tc, t);
+        const int cnt_t = __shfl_sync(0xffffffffu, tc, t), off_t = __shfl_sync(0xffffffffu, toff, t);
         if (lane < cnt_t) {
-            const uint32_t w = __ldg(row + (size_t)t * words + 1 + lane);
-            const int unit = t * TWELL_TILE + (int)(w & 0xFFu);
-            recs[base + off_t + lane] = make_uint2((uint32_t)unit, w >> 16);
-            if (!fired[unit]) fired[unit] = 1;
-            l1 += tt_bf(w >> 16);
+            const uint2 e = tt_tw_entry(row, t, lane, words);
+            recs[base + off_t + lane] = e;
+            if (!fired[e.x]) fired[e.x] = 1;
+            l1 += tt_bf(e.y);
         }
     }
     l1 = warp_sum(l1);
@@ -478,24 +491,13 @@ static __global__ void __launch_bounds__(32 * DV, 1) tt_pair_dot_kernel(
     const uint4 v = *reinterpret_cast<const uint4 *>(V + (size_t)r * D + col);
     if (MODE == TT_DOT_UP) {  // the row's TwELL entries -> s_rec_all (column order), fired
         const uint32_t *row = tw + (size_t)r * tiles * words;
-        if (warp == 0) {
-            const int tc = lane < tiles ? (int)row[(size_t)lane * words] : 0;
-            int incl = tc;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int x = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += x;
-            }
-            s_tc[lane] = tc;
-            s_toff[lane] = incl - tc;
-        }
+        if (warp == 0) tt_tile_offsets(row, tiles, words, lane, &s_tc[lane], &s_toff[lane]);
         __syncthreads();
         for (int t = warp; t < tiles; t += DV)
             if (lane < s_tc[t]) {
-                const uint32_t w = __ldg(row + (size_t)t * words + 1 + lane);
-                const int unit = t * TWELL_TILE + (int)(w & 0xFFu);
-                s_rec_all[s_toff[t] + lane] = make_uint2((uint32_t)unit, w >> 16);
-                if (!fired[unit]) fired[unit] = 1;
+                const uint2 e = tt_tw_entry(row, t, lane, words);
+                s_rec_all[s_toff[t] + lane] = e;
+                if (!fired[e.x]) fired[e.x] = 1;
             }
     } else {
         for (int i = threadIdx.x; i < n; i += blockDim.x) s_rec_all[i] = recs[base + i];
@@ -967,15 +969,23 @@ __device__ __forceinline__ void tt_gemm_grid(TtGemmArgs g, int split, float *par
     }
 }
 
+// Both directions start a chunk alike: gather its rows of X (and of dY, when given), then g (and u) by GEMM.
+__device__ __forceinline__ void tt_dense_gate_up(const TtDenseRows &a, int c0, int m, const bf16 *dY,
+                                                 cg::grid_group &grid) {
+    const int D = a.D, F = a.F;
+    tt_gather_rows(a.X, a.rows + c0, m, D, a.xd);
+    if (dY) tt_gather_rows(dY, a.rows + c0, m, D, a.dyd);
+    grid.sync();
+    tt_gemm_grid(tt_args(a.xd, D, 1, a.Wgate, D, 1, a.g, F, 0, 0, m, F, D), a.split_F, a.part, grid);
+    if (a.gated) tt_gemm_grid(tt_args(a.xd, D, 1, a.Wu, D, 1, a.u, F, 0, 0, m, F, D), a.split_F, a.part, grid);
+}
+
 static __global__ void __launch_bounds__(256, 1) tt_dense_rows_fwd_kernel(const TtDenseRows a) {
     cg::grid_group grid = cg::this_grid();
     const int n = *a.n_dev, D = a.D, F = a.F;
     for (int c0 = 0; c0 < n; c0 += a.Rc) {
         const int m = min(a.Rc, n - c0);
-        tt_gather_rows(a.X, a.rows + c0, m, D, a.xd);
-        grid.sync();
-        tt_gemm_grid(tt_args(a.xd, D, 1, a.Wgate, D, 1, a.g, F, 0, 0, m, F, D), a.split_F, a.part, grid);
-        if (a.gated) tt_gemm_grid(tt_args(a.xd, D, 1, a.Wu, D, 1, a.u, F, 0, 0, m, F, D), a.split_F, a.part, grid);
+        tt_dense_gate_up(a, c0, m, NULL, grid);
         tt_dense_fwd_ew(a.g, a.u, a.rows + c0, m, F, a.gated, a.row_l1, a.fired);
         grid.sync();
         tt_gemm_grid(tt_args(a.g, F, 1, a.WdT, D, 0, a.yd, D, 0, 0, m, D, F), a.split_D, a.part, grid);
@@ -989,12 +999,7 @@ static __global__ void __launch_bounds__(256, 1) tt_dense_rows_bwd_kernel(const 
     const int n = *a.n_dev, D = a.D, F = a.F;
     for (int c0 = 0; c0 < n; c0 += a.Rc) {
         const int m = min(a.Rc, n - c0);
-        tt_gather_rows(a.X, a.rows + c0, m, D, a.xd);
-        tt_gather_rows(a.dY, a.rows + c0, m, D, a.dyd);
-        grid.sync();
-        // recompute g (u), then dh = dY Wd
-        tt_gemm_grid(tt_args(a.xd, D, 1, a.Wgate, D, 1, a.g, F, 0, 0, m, F, D), a.split_F, a.part, grid);
-        if (a.gated) tt_gemm_grid(tt_args(a.xd, D, 1, a.Wu, D, 1, a.u, F, 0, 0, m, F, D), a.split_F, a.part, grid);
+        tt_dense_gate_up(a, c0, m, a.dY, grid);  // recompute g (u), then dh = dY Wd
         tt_gemm_grid(tt_args(a.dyd, D, 1, a.WdT, D, 1, a.dh, F, 0, 0, m, F, D), a.split_F, a.part, grid);
         tt_dense_bwd_ew(a.g, a.u, a.dh, m, F, a.gated, a.l1_coef);
         grid.sync();
@@ -1104,7 +1109,9 @@ static int twtrain_ws_init(TwTrainWS *ws, int max_M, int D, int F, int gated, in
     cudaCheck(cudaMalloc(&ws->u, Rc * F * sizeof(bf16)));
     cudaCheck(cudaMalloc(&ws->dh, Rc * F * sizeof(bf16)));
     {
-        const size_t a = (size_t)tt_split_count(F) * F, b = (size_t)tt_split_count(D) * D;
+        ws->split_F = tt_split_count(F);
+        ws->split_D = tt_split_count(D);
+        const size_t a = (size_t)ws->split_F * F, b = (size_t)ws->split_D * D;
         cudaCheck(cudaMalloc(&ws->split_part, (size_t)TT_SPLIT_ROWS * (a > b ? a : b) * sizeof(float)));
         int nf = 0, nb = 0, coop = 0;
         cudaCheck(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
@@ -1183,7 +1190,7 @@ static inline TtDenseRows tt_dense_args(const TwTrainWS *ws, const TwTrainState 
     a.rows = st->dense_rows; a.n_dev = &st->stats->n_dense;
     a.xd = ws->xd; a.dyd = ws->dyd; a.g = ws->g; a.u = ws->u; a.dh = ws->dh; a.yd = ws->yd; a.part = ws->split_part;
     a.D = ws->D; a.F = ws->F; a.gated = ws->gated; a.Rc = ws->dense_chunk;
-    a.split_F = tt_split_count(ws->F); a.split_D = tt_split_count(ws->D);
+    a.split_F = ws->split_F; a.split_D = ws->split_D;
     return a;
 }
 

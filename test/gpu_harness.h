@@ -56,10 +56,12 @@ static inline int gpu_test_preflight(int argc, char **argv, const char *name, in
     }
     return -1;
 }
+// SLLM_TEST_FILTER=<cmocka pattern> runs only the matching tests (for repeating one case, dev/device/seed_ab.sh).
 #define GPU_TEST_PREFLIGHT(name, tests)                                                             \
     do {                                                                                            \
         int pre_rc_ = gpu_test_preflight(argc, argv, name, (int)(sizeof(tests) / sizeof(tests[0]))); \
         if (pre_rc_ >= 0) return pre_rc_;                                                           \
+        if (getenv("SLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("SLLM_TEST_FILTER"));         \
     } while (0)
 
 // The test seed: SLLM_TEST_SEED when set, else one from the clock and the pid; printed either way.

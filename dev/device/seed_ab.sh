@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Is a seed-dependent GPU test failure the change's or the test's? One test binary of this tree beside a baseline
-# binary (build/<TEST>_base: built from another commit on the dev box and carried), at one seed and then at REPEAT
-# fresh seeds (the same seeds for both), counting failures. Usage (repo root on the GPU machine):
-#   SEED=4766894076138517680 TEST=gpu_test_train_sparse REPEAT=20 bash dev/device/seed_ab.sh
+# binaries (build/<TEST>_base*: built from other commits on the dev box and carried), at one seed and then at REPEAT
+# fresh seeds (the same seeds for all), counting failures. SLLM_TEST_FILTER (a cmocka pattern) runs one case only.
+# Usage (repo root on the GPU machine):
+#   SEED=4766894076138517680 TEST=gpu_test_train_sparse REPEAT=20 SLLM_TEST_FILTER=test_synth bash dev/device/seed_ab.sh
 # Logs: $OUT/seed_ab.log (summary), $OUT/<binary>_<seed>.txt for the runs that failed.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/seed_ab.log") 2>&1
@@ -11,7 +12,7 @@ TEST=${TEST:-gpu_test_train_sparse}; REPEAT=${REPEAT:-20}
 make -j"$(nproc)" "build/$TEST" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 seeds="${SEED:-}"
 for i in $(seq 1 "$REPEAT"); do seeds="$seeds $(( (RANDOM << 30) ^ (RANDOM << 15) ^ RANDOM ))"; done
-for b in "build/${TEST}_base" "build/$TEST"; do
+for b in build/"${TEST}"_base* "build/$TEST"; do
   [ -x "$b" ] || { echo "$b: missing"; continue; }
   fails=0; runs=0
   for s in $seeds; do

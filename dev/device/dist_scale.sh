@@ -4,6 +4,9 @@
 # 16, all-reduce, and no reduction at all (--debug-no-reduce: the step without communication). Same per-GPU batch
 # (B 4 x T 2048). Logs under $OUT: scale.txt (every bench line), build.log. MEM15=1: instead, 1.5B at B 8 on all
 # GPUs, forced dense vs SYNTHETIC sparse (29 non-zeros per token): speed and peak memory per GPU (mem15.txt).
+# COOP=1: instead, 0.5B with SYNTHETIC 29 non-zeros, --ffn-path dense and sparse, on 1 rank, all ranks and all ranks
+# without reduction: does the sparse FFN's cooperative dense-row kernel (which starts only when all its CTAs fit on
+# the GPU) wait for NCCL's kernels and lose the overlap of communication and compute? (coop.txt)
 set -u
 OUT=${OUT:-/tmp/scale_out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
@@ -20,6 +23,14 @@ one() {  # label, ranks, extra flags
   else line=$(bash scripts/run_dist.sh "$n" $BIN $B05 "$@" 2>&1 | grep -E '^bench: .*median step [0-9.]+ ms over|^error' | head -2); fi
   printf '%-34s %s\n' "$lab" "$(echo "$line" | sed -E 's/.*median step ([0-9.]+) ms over ([0-9]+) steps, ([0-9.]+) tokens\/ms.*memory used ([0-9.]+) GiB.*/\1 ms  \3 tokens\/ms  \4 GiB/')"
 }
+if [ -n "${COOP:-}" ]; then
+  for p in dense sparse; do
+    one "1 rank, $p" 1 --synthetic-nnz 29 --ffn-path $p
+    one "$NG ranks, $p" "$NG" --synthetic-nnz 29 --ffn-path $p
+    one "$NG ranks, $p, --debug-no-reduce" "$NG" --synthetic-nnz 29 --ffn-path $p --debug-no-reduce
+  done 2>&1 | tee "$OUT/coop.txt"
+  exit 0
+fi
 if [ -n "${MEM15:-}" ]; then  # 1.5B at the paper's micro-batch (8 x 2048 per GPU) on every GPU: dense vs sparse
   B15="--preset 1.5B --batch 8 --seq 2048 --bench 6 --synthetic-nnz 29"
   for p in dense sparse; do

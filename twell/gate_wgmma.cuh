@@ -7,17 +7,24 @@
 //   same contract as twell_pack_kernel in twell/gate.cuh, and the same bits (test: bit for bit vs the CPU
 //   packer). Shapes: D % 64 == 0, F % 256 == 0, M >= 1 (any M: TMA zero-fills rows >= M, never written).
 //
-// Structure (the paper's matmul_d2t, twell_spec.md section 2, without the cluster/multicast):
-//   persistent grid, one CTA per SM (grid = min(#SMs, #tiles)); tile = 128 tokens x 256 units = exactly one
-//   TwELL tile of each of 128 rows; tile t of the static round-robin: CTA b takes t = b, b + grid, ...;
-//   t -> (m = t / (F/256), n = t % (F/256)): the grid's concurrent tiles share a few X row blocks and
-//   sweep all of Wg, which stays in L2 (23 MB at F 5632, D 2048).
+// Structure (the paper's matmul_d2t, twell_spec.md section 2):
+//   persistent grid of 2-CTA clusters, one CTA per SM (clusters = min(the clusters that fit at once, tile pairs));
+//   tile = 128 tokens x 256 units = exactly one TwELL tile of each of 128 rows. The two CTAs of a cluster take the
+//   two tiles of a tile pair, the same 256 units of token blocks 2i and 2i + 1, and share their Wg tile: each CTA
+//   loads one half of it (128 rows) by TMA multicast into the shared memory of both, so a stage costs 32 KB of L2
+//   reads per CTA instead of 48 (without it the kernel needed ~8.6 TB/s from L2 at full tensor-core rate, about
+//   what the L2 delivers, and ran 7-8% behind cuBLASLt on an H100). Static round-robin over pairs: cluster k of G
+//   takes P = k, k + G, ...; P -> (token block pair P / (F/256), unit tile P % (F/256)): the concurrent tiles share a
+//   few X row blocks and sweep all of Wg, which stays in L2 (23 MB at F 5632, D 2048). A token block past M (an odd
+//   number of blocks) is zero-filled by TMA and writes nothing; its CTA still loads and multicasts its Wg half.
 //   384 threads = 3 warpgroups. WG 0 = producer: setmaxnreg.dec to 40, thread 0 issues the TMA loads.
 //   WG 1, 2 = consumers: setmaxnreg.inc to 232; consumer c computes rows 64c..64c+63 of the tile with
 //   wgmma m64n256k16 (4 per 64-wide k step), 128 fp32 accumulators per thread, then packs them.
-//   Shared memory ring of TWG_STAGES stages, one stage = A tile 128x64 bf16 (16 KB) + B tile 256x64 (32 KB),
-//   each written by one TMA (cp.async.bulk.tensor.2d) with 128-byte swizzle; full[s] (count 1 + tx bytes)
-//   and empty[s] (count 2: one arrive per consumer WG) mbarriers.
+//   Shared memory ring of TWG_STAGES stages, one stage = A tile 128x64 bf16 (16 KB, one TMA) + B tile 256x64
+//   (32 KB: two 128-row halves, one multicast by each CTA of the cluster), 128-byte swizzle; full[s] (count 1:
+//   the own producer's arrive.expect_tx of all 48 KB) and empty[s] (count 4: one arrive per consumer WG of both
+//   CTAs, since both producers write into this stage) mbarriers. A cluster barrier after the barrier inits and
+//   another before exit: no CTA is written to before its barriers exist or after it has left.
 //
 // Accumulator layout (per consumer thread; wgmma m64nNk16 fp32 accumulator fragment, PTX ISA "wgmma 64xNx16 D"):
 //   warp w (0..3 in the WG), lane l, q = l % 4: d[4j + 2h + e] is row 16w + l/4 + 8h, column 8j + 2q + e
@@ -30,6 +37,7 @@
 #ifndef SLLM_TWELL_GATE_WGMMA_CUH
 #define SLLM_TWELL_GATE_WGMMA_CUH
 
+#include <algorithm>
 #include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's types (the function comes from the runtime's entry point)
 
 #include "cuda_common.cuh"
@@ -47,6 +55,7 @@
 #define TWG_THREADS 384                          // 3 warpgroups
 #define TWG_A_BYTES (TWG_BM * TWG_BK * 2)        // 16384
 #define TWG_B_BYTES (TWG_BN * TWG_BK * 2)        // 32768
+#define TWG_CLUSTER 2                            // CTAs per cluster: the B tile is split in halves between them
 #define TWG_STAGE_BYTES (TWG_A_BYTES + TWG_B_BYTES)  // 49152, a multiple of 1024 (swizzle atom alignment)
 // dynamic smem: stages + barriers (2 x STAGES x 8 B) + 1024 B of slack to align the base to 1024
 #define TWG_SMEM_BYTES (TWG_STAGES * TWG_STAGE_BYTES + 2 * TWG_STAGES * 8 + 1024)
@@ -119,6 +128,36 @@ __device__ __forceinline__ void twg_tma_load_2d(uint32_t dst, const CUtensorMap 
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
         ::"r"(dst), "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
         : "memory");
+}
+
+// The same, multicast: the tile lands at the same smem offset dst in every CTA of cta_mask (bit r = cluster rank r)
+// and completes its bytes on the mbarrier at offset bar in each of them.
+__device__ __forceinline__ void twg_tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,
+                                                   uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%3, %4}], [%2], %5;"
+        ::"r"(dst), "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
+        : "memory");
+}
+// Arrive (count 1) on the mbarrier at offset bar in the shared memory of cluster rank cta. Default semantics (release
+// at CTA scope), as CUTLASS's ClusterBarrier::arrive: it only has to order this warpgroup's finished wgmma reads of
+// the stage before the peer's next TMA write. `.release.cluster` would also wait for the epilogue's global TwELL
+// stores to become visible cluster-wide: that stalled the consumers and made the gate 1.40x slower (H100).
+__device__ __forceinline__ void twg_mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+    asm volatile(
+        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
+        : "memory");
+}
+// Every thread of every CTA of the cluster (warp-aligned).
+__device__ __forceinline__ void twg_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t twg_cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
 }
 
 // Bulk copy (no tensor map) of `bytes` (a multiple of 16, 16-byte aligned ends) from global src into smem dst,
@@ -340,12 +379,20 @@ __device__ __forceinline__ void twg_fo_part(int part, const uint32_t (&p)[64], u
     }
 }
 
-// The kernel. tmX: X [M, D] box 64 x 128 (k x rows); tmW: Wg [F, D] box 64 x 256. words = 256 / C.
+// A consumer warpgroup releases a stage: on its own CTA's empty barrier and on the peer's (whose producer multicasts
+// into this stage too).
+__device__ __forceinline__ void twg_release(uint32_t bar, uint32_t peer) {
+    twg_mbar_arrive(bar);
+    twg_mbar_arrive_cluster(bar, peer);
+}
+
+// The kernel (launched in clusters of TWG_CLUSTER CTAs). tmX: X [M, D] box 64 x 128 (k x rows); tmW: Wg [F, D] box
+// 64 x 128 (a B half). words = 256 / C.
 // The epilogue is deferred: at a tile's end the consumer only rounds its accumulators to bf16 and stashes row 0 (twg_fe_stash); it emits row 0
 // while the next tile's second k step runs on the tensor cores and stashes + emits row 1 under the third, each after
 // the previous stage's release (twg_fo_part; the last tile's parts run after the loop). Its row-1 words (32 registers) stay live
 // next to the 128 accumulators: the consumers' 232 registers (setmaxnreg) hold both. Same bits.
-static __global__ void __launch_bounds__(TWG_THREADS, 1)
+static __global__ void __cluster_dims__(TWG_CLUSTER, 1, 1) __launch_bounds__(TWG_THREADS, 1)
 twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW, int M, int D,
                         int F, int words, uint32_t *__restrict__ tw, int *__restrict__ ovf_flag,
                         int *__restrict__ ovf_list, TwellCounters *__restrict__ counters) {
@@ -356,17 +403,19 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
     const uint32_t bar_full = base + TWG_STAGES * TWG_STAGE_BYTES;  // full[s] at bar_full + 8 s
     const uint32_t bar_empty = bar_full + 8 * TWG_STAGES;            // empty[s] at bar_empty + 8 s
     const int num_n = F / TWG_BN, num_m = (M + TWG_BM - 1) / TWG_BM;
-    const int tiles = num_m * num_n, KT = D / TWG_BK;
+    const int pairs = (num_m + 1) / 2 * num_n, KT = D / TWG_BK;
     const int wg = threadIdx.x / 128;
+    const uint32_t rank = twg_cluster_rank(), peer = rank ^ 1u;
+    const int cluster = (int)(blockIdx.x / TWG_CLUSTER), clusters = (int)(gridDim.x / TWG_CLUSTER);
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < TWG_STAGES; s++) {
-            twg_mbar_init(bar_full + 8 * s, 1);   // the producer's arrive.expect_tx (+ the TMA bytes)
-            twg_mbar_init(bar_empty + 8 * s, 2);  // one arrive per consumer warpgroup
+            twg_mbar_init(bar_full + 8 * s, 1);   // the producer's arrive.expect_tx (+ the TMA bytes of both CTAs)
+            twg_mbar_init(bar_empty + 8 * s, 4);  // one arrive per consumer warpgroup of each CTA of the cluster
         }
         twg_fence_barrier_init();
     }
-    __syncthreads();
+    twg_cluster_sync();  // the peer's barriers exist before anything is multicast to it or arrives on them
 
     if (wg == 0) {
         // Producer warpgroup: give registers to the consumers (40 x 128 + 232 x 256 = 64512 <= 65536 and
@@ -374,15 +423,18 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (threadIdx.x == 0) {
             uint32_t it = 0;  // k iterations issued so far over all tiles: stage it % STAGES, round it / STAGES
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const int m0 = (t / num_n) * TWG_BM, n0 = (t % num_n) * TWG_BN;
+            for (int t = cluster; t < pairs; t += clusters) {
+                const int m0 = (2 * (t / num_n) + (int)rank) * TWG_BM, n0 = (t % num_n) * TWG_BN;
+                const int nh = n0 + (int)rank * (TWG_BN / 2);  // this CTA's half of the B tile
                 for (int kt = 0; kt < KT; kt++, it++) {
                     const uint32_t s = it % TWG_STAGES, ph = (it / TWG_STAGES) & 1u;
-                    twg_mbar_wait(bar_empty + 8 * s, ph ^ 1u);  // round 0 passes at once (parity 1)
+                    // both CTAs' consumers have released stage s (round 0 passes at once: parity 1)
+                    twg_mbar_wait(bar_empty + 8 * s, ph ^ 1u);
                     twg_mbar_arrive_expect_tx(bar_full + 8 * s, TWG_STAGE_BYTES);
                     const uint32_t sa = base + s * TWG_STAGE_BYTES;
                     twg_tma_load_2d(sa, &tmX, bar_full + 8 * s, kt * TWG_BK, m0);
-                    twg_tma_load_2d(sa + TWG_A_BYTES, &tmW, bar_full + 8 * s, kt * TWG_BK, n0);
+                    twg_tma_load_2d_mc(sa + TWG_A_BYTES + rank * (TWG_B_BYTES / 2), &tmW, bar_full + 8 * s, kt * TWG_BK,
+                                       nh, (uint16_t)0x3u);
                 }
             }
         }
@@ -403,8 +455,8 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
         int pend = 0, prow = 0;
         uint32_t pw0 = 0, pw1 = 0, *pout = tw;
         uint32_t it = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const int m0 = (t / num_n) * TWG_BM, tn = t % num_n;
+        for (int t = cluster; t < pairs; t += clusters) {
+            const int m0 = (2 * (t / num_n) + (int)rank) * TWG_BM, tn = t % num_n;
             for (int kt = 0; kt < KT; kt++, it++) {
                 const uint32_t s = it % TWG_STAGES, ph = (it / TWG_STAGES) & 1u;
                 twg_mbar_wait(bar_full + 8 * s, ph);
@@ -414,7 +466,7 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
                 if (kt > 0) {  // the previous k step's group is done: release its stage
                     twg_wgmma_wait<1>();
                     twg_fence_acc(d);
-                    if (tid == 0) twg_mbar_arrive(bar_empty + 8 * ((it - 1) % TWG_STAGES));
+                    if (tid == 0) twg_release(bar_empty + 8 * ((it - 1) % TWG_STAGES), peer);
                 }
                 // One part of the previous tile's epilogue while this k step's group runs, after the previous
                 // stage's release (k steps 1 and 2, so the producer refills stage 0 without waiting for it)
@@ -427,7 +479,7 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
                             ovf_flag, ovf_list, counters, nnz);
             twg_wgmma_wait<0>();
             twg_fence_acc(d);
-            if (tid == 0) twg_mbar_arrive(bar_empty + 8 * ((it - 1) % TWG_STAGES));
+            if (tid == 0) twg_release(bar_empty + 8 * ((it - 1) % TWG_STAGES), peer);
             // Epilogue: rows m0 + 64c + 16 warp + lane/4 (+ 8), tile tn. First every accumulator pair becomes
             // its bf16x2 bits (all the format needs), so the 128 fp32 registers die here: the epilogue then
             // runs in ~64 + temporaries registers (with the fp32 values live it spilled at the 168 registers the
@@ -456,6 +508,8 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
         for (int o = 16; o > 0; o >>= 1) nnz += __shfl_xor_sync(0xffffffffu, nnz, o);
         if (lane == 0 && nnz) atomicAdd(&counters->nnz, nnz);
     }
+    __syncwarp();
+    twg_cluster_sync();  // the peer may still multicast into this CTA's stages or arrive on its barriers until here
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -527,8 +581,35 @@ static inline int twell_gate_wgmma_check(const bf16 *X, const bf16 *W, int M, in
     return TWELL_OK;
 }
 
+// The clusters of the kernel that can be resident at once on this device (one CTA per SM; a GPC with an odd number
+// of free SMs leaves one idle), asked of the occupancy API once per device (<= 16 devices). 0 (message printed) if
+// the kernel cannot run.
+static inline int twg_max_clusters(void) {
+    static int cached[16];
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    if (dev < 16 && cached[dev]) return cached[dev];
+    const int smem = TWG_FE_SMEM_BYTES;
+    cudaCheck(cudaFuncSetAttribute(twell_gate_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(TWG_CLUSTER * cuda_sm_count(), 1, 1);
+    cfg.blockDim = dim3(TWG_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    int n = 0;
+    cudaError_t e = cudaOccupancyMaxActiveClusters(&n, twell_gate_wgmma_kernel, &cfg);
+    if (e != cudaSuccess || n < 1) {
+        fprintf(stderr, "error: twell wgmma gate: no cluster of %d CTAs with %d B of shared memory fits (%s)\n",
+                TWG_CLUSTER, smem, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev < 16) cached[dev] = n;
+    return n;
+}
+
 // X [M, D], W [F, D] -> tw [M, F/C] + ovf_flag / ovf_list / counters (zeroed by the caller on `stream`).
-// max_ctas > 0 caps the persistent grid (tests: many tiles per CTA on small shapes); 0 = one CTA per SM.
+// max_ctas > 0 caps the persistent grid (tests: many tiles per CTA on small shapes; rounded down to whole clusters,
+// at least one); 0 = every cluster that fits.
 static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, int D, int F, int C, uint32_t *tw,
                                           int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream,
                                           int max_ctas = 0) {
@@ -538,14 +619,15 @@ static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, i
     if (!enc) return TWELL_ERR_ARG;
     CUtensorMap tmX, tmW;
     if ((e = twg_make_map(enc, &tmX, X, M, D, TWG_BM, "X"))) return e;
-    if ((e = twg_make_map(enc, &tmW, W, F, D, TWG_BN, "Wg"))) return e;
-    int sms = cuda_sm_count();
+    if ((e = twg_make_map(enc, &tmW, W, F, D, TWG_BN / 2, "Wg"))) return e;
     const int smem = TWG_FE_SMEM_BYTES;
-    cudaCheck(cudaFuncSetAttribute(twell_gate_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    const long long tiles = (long long)CEIL_DIV(M, TWG_BM) * (F / TWG_BN);
-    if (max_ctas > 0 && max_ctas < sms) sms = max_ctas;
-    const int grid = (int)(tiles < sms ? tiles : sms);
-    twell_gate_wgmma_kernel<<<grid, TWG_THREADS, smem, stream>>>(tmX, tmW, M, D, F, TWELL_TILE / C, tw, ovf_flag, ovf_list, counters);
+    int clusters = twg_max_clusters();
+    if (clusters < 1) return TWELL_ERR_ARG;
+    if (max_ctas > 0) clusters = std::min(clusters, std::max(1, max_ctas / TWG_CLUSTER));
+    const long long pairs = (long long)CEIL_DIV(CEIL_DIV(M, TWG_BM), 2) * (F / TWG_BN);
+    if (pairs < clusters) clusters = (int)pairs;
+    twell_gate_wgmma_kernel<<<clusters * TWG_CLUSTER, TWG_THREADS, smem, stream>>>(tmX, tmW, M, D, F, TWELL_TILE / C, tw,
+                                                                                ovf_flag, ovf_list, counters);
     cudaCheckLaunch();
     return TWELL_OK;
 }

@@ -110,6 +110,8 @@ int main(int argc, char **argv) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("bench_ffn: %s, %d SMs, L2 %d MB; D=%d F=%d C=8 reps=%d; gate %s\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20, o.D, o.F, o.reps, twell_gate_variant_name(o.gate_variant));
+    if (o.gate_variant == TWELL_GATE_WGMMA)
+        printf("  wgmma gate: %d clusters of %d CTAs resident at once\n", twg_max_clusters(), TWG_CLUSTER);
     const int D = o.D, F = o.F, NSETS = 3;
     int maxM = 0;
     for (int m : o.Ms) maxM = std::max(maxM, m);

@@ -9,13 +9,15 @@ exec > >(tee -a "$OUT/ab.log") 2>&1
 t0=$(date +%s)
 el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 [ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
+# carried baselines were linked on the dev box without .deps' rpath: they find cJSON / cmocka through this
+export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 TESTS=${TESTS:-gpu_test_twell_train}
 targets="build/bench_ffn_train"; for t in $TESTS; do targets="$targets build/$t"; done
 make -j"$(nproc)" $targets > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 echo "$(el) built $targets"
 for t in $TESTS; do
-  timeout "${TEST_TIMEOUT:-150}" "./build/$t" > "$OUT/$t.txt" 2>&1; echo "$(el) $t rc=$?"
+  timeout "${TEST_TIMEOUT:-150}" "./build/$t" > "$OUT/$t.txt" 2>&1; rc=$?; echo "$(el) $t rc=$rc"
   grep -E "^\[  (PASSED|FAILED|SKIPPED)  \]|tests:" "$OUT/$t.txt" | head -8
 done
 IFS=';' read -ra sets <<< "${BENCH_ARGS:---M 16384 --nnz 29 --reps 10 --prof}"
@@ -23,7 +25,7 @@ for s in "${sets[@]}"; do
   for b in build/bench_ffn_train_base build/bench_ffn_train; do
     [ -x "$b" ] || continue
     name=$(basename "$b")_$(echo "$s" | tr -c 'A-Za-z0-9' '_' | cut -c1-40)
-    timeout 120 "$b" $s > "$OUT/bench_$name.txt" 2>&1; echo "$(el) $b $s rc=$?"
+    timeout 120 "$b" $s > "$OUT/bench_$name.txt" 2>&1; rc=$?; echo "$(el) $b $s rc=$rc"
     grep -vE "^\s*$" "$OUT/bench_$name.txt" | tail -${BENCH_TAIL:-14}
   done
 done

@@ -9,6 +9,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/seed_ab.log") 2>&1
 TEST=${TEST:-gpu_test_train_sparse}; REPEAT=${REPEAT:-20}
 [ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
+# carried baselines were linked on the dev box without .deps' rpath: they find cJSON / cmocka through this
+export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 make -j"$(nproc)" "build/$TEST" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 seeds="${SEED:-}"
 for i in $(seq 1 "$REPEAT"); do seeds="$seeds $(( (RANDOM << 30) ^ (RANDOM << 15) ^ RANDOM ))"; done

@@ -30,7 +30,8 @@
 // it costs no sync), else sparse (measures). twell_ffn_calibrate fits the model on real data.
 //
 // Options (tests and benchmarks): ws->gate_variant (TWELL_GATE_*), twell_ffn_set_gate_chunk (the cuBLASLt gate),
-// ws->split_order_mode, twell_ffn_set_decode_rows, twell_ffn_set_decode_pdl, ws->dec_gate_warps, ws->gate_max_ctas.
+// ws->split_order_mode, twell_ffn_set_decode_rows, twell_ffn_set_decode_pdl, ws->dec_gate_warps, ws->gate_max_ctas,
+// ws->gate_cluster.
 #ifndef SLLM_TWELL_FFN_CUH
 #define SLLM_TWELL_FFN_CUH
 
@@ -62,6 +63,7 @@ typedef struct TwellFFNWorkspaceTag {
     int gate_chunk_rows;  // rows per GEMM + pack chunk of the cuBLASLt gate (twell_ffn_set_gate_chunk)
     int gate_scratch_rows;  // rows of gate_scratch / gate_mask allocated (0 until the cuBLASLt gate runs)
     int gate_max_ctas;    // wgmma gate: cap on the persistent grid (0 = all SMs; tests: many tiles per CTA)
+    int gate_cluster;     // wgmma gate: CTAs per cluster sharing the Wg tile, 1 or 2 (0 = by device: twg_default_cluster)
     TwellDispatchModel model;
     // device buffers
     uint32_t *tw;                 // [max_M, F/C]
@@ -427,7 +429,7 @@ static inline int twell_gate_forward(MatmulContext *mm, TwellFFNWorkspace *ws, c
         return TWELL_OK;
     case TWELL_GATE_WGMMA:
         return twell_gate_wgmma_launch(X, W, M, ws->D, ws->F, ws->C, ws->tw, ws->ovf_flag, ws->ovf_list, ws->counters,
-                                       stream, ws->gate_max_ctas);
+                                       stream, ws->gate_max_ctas, ws->gate_cluster);
     default:
         fprintf(stderr, "error: twell: unknown gate variant %d (expected 0..%d)\n", ws->gate_variant,
                 TWELL_GATE_NUM_VARIANTS - 1);

@@ -8,23 +8,25 @@
 //   packer). Shapes: D % 64 == 0, F % 256 == 0, M >= 1 (any M: TMA zero-fills rows >= M, never written).
 //
 // Structure (the paper's matmul_d2t, twell_spec.md section 2):
-//   persistent grid of 2-CTA clusters, one CTA per SM (clusters = min(the clusters that fit at once, tile pairs));
-//   tile = 128 tokens x 256 units = exactly one TwELL tile of each of 128 rows. The two CTAs of a cluster take the
-//   two tiles of a tile pair, the same 256 units of token blocks 2i and 2i + 1, and share their Wg tile: each CTA
-//   loads one half of it (128 rows) by TMA multicast into the shared memory of both, so a stage costs 32 KB of L2
-//   reads per CTA instead of 48 (without it the kernel needed ~8.6 TB/s from L2 at full tensor-core rate, about
-//   what the L2 delivers, and ran 7-8% behind cuBLASLt on an H100). Static round-robin over pairs: cluster k of G
-//   takes P = k, k + G, ...; P -> (token block pair P / (F/256), unit tile P % (F/256)): the concurrent tiles share a
-//   few X row blocks and sweep all of Wg, which stays in L2 (23 MB at F 5632, D 2048). A token block past M (an odd
-//   number of blocks) is zero-filled by TMA and writes nothing; its CTA still loads and multicasts its Wg half.
+//   persistent grid of clusters of CL CTAs (CL = 1 or 2), one CTA per SM (clusters = min(the clusters that fit at
+//   once, tile groups)); tile = 128 tokens x 256 units = exactly one TwELL tile of each of 128 rows. The CL CTAs of
+//   a cluster take the tiles of one group, the same 256 units of token blocks CL i .. CL i + CL - 1. With CL = 2 they
+//   share their Wg tile: each CTA loads one half of it (128 rows) by TMA multicast into the shared memory of both,
+//   so a stage costs 32 KB of L2 reads per CTA instead of 48. Which CL is faster depends on the GPU
+//   (twg_default_cluster): on an H100 the CL = 1 kernel needs ~8.6 TB/s from L2 at full tensor-core rate, about what
+//   its L2 delivers, and CL = 2 is ~10% faster (0.97x cuBLASLt against 1.06x); on an H200 CL = 1 is ~3% faster (its
+//   main loop is bound by the tensor cores there). Static round-robin over groups: cluster k of G takes P = k, k + G,
+//   ...; P -> (token block group P / (F/256), unit tile P % (F/256)): the concurrent tiles share a few X row blocks
+//   and sweep all of Wg, which stays in L2 (23 MB at F 5632, D 2048). A token block past M (an odd number of
+//   blocks) is zero-filled by TMA and writes nothing; its CTA still loads and multicasts its Wg half.
 //   384 threads = 3 warpgroups. WG 0 = producer: setmaxnreg.dec to 40, thread 0 issues the TMA loads.
 //   WG 1, 2 = consumers: setmaxnreg.inc to 232; consumer c computes rows 64c..64c+63 of the tile with
 //   wgmma m64n256k16 (4 per 64-wide k step), 128 fp32 accumulators per thread, then packs them.
 //   Shared memory ring of TWG_STAGES stages, one stage = A tile 128x64 bf16 (16 KB, one TMA) + B tile 256x64
-//   (32 KB: two 128-row halves, one multicast by each CTA of the cluster), 128-byte swizzle; full[s] (count 1:
-//   the own producer's arrive.expect_tx of all 48 KB) and empty[s] (count 4: one arrive per consumer WG of both
-//   CTAs, since both producers write into this stage) mbarriers. A cluster barrier after the barrier inits and
-//   another before exit: no CTA is written to before its barriers exist or after it has left.
+//   (32 KB: one TMA, or with CL = 2 two 128-row halves, one multicast by each CTA of the cluster), 128-byte swizzle;
+//   full[s] (count 1: the own producer's arrive.expect_tx of all 48 KB) and empty[s] (count 2 CL: one arrive per
+//   consumer WG of each CTA whose producer writes into this stage) mbarriers. With CL = 2, a cluster barrier after
+//   the barrier inits and another before exit: no CTA is written to before its barriers exist or after it left.
 //
 // Accumulator layout (per consumer thread; wgmma m64nNk16 fp32 accumulator fragment, PTX ISA "wgmma 64xNx16 D"):
 //   warp w (0..3 in the WG), lane l, q = l % 4: d[4j + 2h + e] is row 16w + l/4 + 8h, column 8j + 2q + e
@@ -36,6 +38,8 @@
 // hang) after TWELL_WGMMA_TIMEOUT_NS (test/gpu/test_hang_guard.cu). Tests also poll the stream with a host timeout.
 #ifndef SLLM_TWELL_GATE_WGMMA_CUH
 #define SLLM_TWELL_GATE_WGMMA_CUH
+
+#include <string.h>  // strstr
 
 #include <algorithm>
 #include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's types (the function comes from the runtime's entry point)
@@ -55,7 +59,6 @@
 #define TWG_THREADS 384                          // 3 warpgroups
 #define TWG_A_BYTES (TWG_BM * TWG_BK * 2)        // 16384
 #define TWG_B_BYTES (TWG_BN * TWG_BK * 2)        // 32768
-#define TWG_CLUSTER 2                            // CTAs per cluster: the B tile is split in halves between them
 #define TWG_STAGE_BYTES (TWG_A_BYTES + TWG_B_BYTES)  // 49152, a multiple of 1024 (swizzle atom alignment)
 // dynamic smem: stages + barriers (2 x STAGES x 8 B) + 1024 B of slack to align the base to 1024
 #define TWG_SMEM_BYTES (TWG_STAGES * TWG_STAGE_BYTES + 2 * TWG_STAGES * 8 + 1024)
@@ -379,21 +382,22 @@ __device__ __forceinline__ void twg_fo_part(int part, const uint32_t (&p)[64], u
     }
 }
 
-// A consumer warpgroup releases a stage: on its own CTA's empty barrier and on the peer's (whose producer multicasts
-// into this stage too).
+// A consumer warpgroup releases a stage: on its own CTA's empty barrier and, with CL = 2, on the peer's (whose
+// producer multicasts into this stage too).
+template <int CL>
 __device__ __forceinline__ void twg_release(uint32_t bar, uint32_t peer) {
     twg_mbar_arrive(bar);
-    twg_mbar_arrive_cluster(bar, peer);
+    if (CL == 2) twg_mbar_arrive_cluster(bar, peer);
 }
 
-// The kernel (launched in clusters of TWG_CLUSTER CTAs). tmX: X [M, D] box 64 x 128 (k x rows); tmW: Wg [F, D] box
-// 64 x 128 (a B half). words = 256 / C.
+// The kernel, launched in clusters of CL CTAs (1 or 2). tmX: X [M, D] box 64 x 128 (k x rows); tmW: Wg [F, D] box
+// 64 x 256 / CL (the B tile, or its half). words = 256 / C.
 // The epilogue is deferred: at a tile's end the consumer only rounds its accumulators to bf16 and stashes row 0 (twg_fe_stash); it emits row 0
 // while the next tile's second k step runs on the tensor cores and stashes + emits row 1 under the third, each after
 // the previous stage's release (twg_fo_part; the last tile's parts run after the loop). Its row-1 words (32 registers) stay live
 // next to the 128 accumulators: the consumers' 232 registers (setmaxnreg) hold both. Same bits.
-static __global__ void __cluster_dims__(TWG_CLUSTER, 1, 1) __launch_bounds__(TWG_THREADS, 1)
-twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW, int M, int D,
+template <int CL>
+static __global__ void __launch_bounds__(TWG_THREADS, 1) twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW, int M, int D,
                         int F, int words, uint32_t *__restrict__ tw, int *__restrict__ ovf_flag,
                         int *__restrict__ ovf_list, TwellCounters *__restrict__ counters) {
     extern __shared__ uint8_t twg_smem_raw[];
@@ -403,19 +407,21 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
     const uint32_t bar_full = base + TWG_STAGES * TWG_STAGE_BYTES;  // full[s] at bar_full + 8 s
     const uint32_t bar_empty = bar_full + 8 * TWG_STAGES;            // empty[s] at bar_empty + 8 s
     const int num_n = F / TWG_BN, num_m = (M + TWG_BM - 1) / TWG_BM;
-    const int pairs = (num_m + 1) / 2 * num_n, KT = D / TWG_BK;
+    static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 CTAs");
+    const int groups = (num_m + CL - 1) / CL * num_n, KT = D / TWG_BK;
     const int wg = threadIdx.x / 128;
-    const uint32_t rank = twg_cluster_rank(), peer = rank ^ 1u;
-    const int cluster = (int)(blockIdx.x / TWG_CLUSTER), clusters = (int)(gridDim.x / TWG_CLUSTER);
+    const uint32_t rank = CL == 2 ? twg_cluster_rank() : 0u, peer = rank ^ 1u;
+    const int cluster = (int)(blockIdx.x / CL), clusters = (int)(gridDim.x / CL);
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < TWG_STAGES; s++) {
             twg_mbar_init(bar_full + 8 * s, 1);   // the producer's arrive.expect_tx (+ the TMA bytes of both CTAs)
-            twg_mbar_init(bar_empty + 8 * s, 4);  // one arrive per consumer warpgroup of each CTA of the cluster
+            twg_mbar_init(bar_empty + 8 * s, 2 * CL);  // one arrive per consumer warpgroup of each CTA of the cluster
         }
         twg_fence_barrier_init();
     }
-    twg_cluster_sync();  // the peer's barriers exist before anything is multicast to it or arrives on them
+    if (CL == 2) twg_cluster_sync();  // the peer's barriers exist before anything is multicast to it or arrives on them
+    else __syncthreads();
 
     if (wg == 0) {
         // Producer warpgroup: give registers to the consumers (40 x 128 + 232 x 256 = 64512 <= 65536 and
@@ -423,9 +429,9 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (threadIdx.x == 0) {
             uint32_t it = 0;  // k iterations issued so far over all tiles: stage it % STAGES, round it / STAGES
-            for (int t = cluster; t < pairs; t += clusters) {
-                const int m0 = (2 * (t / num_n) + (int)rank) * TWG_BM, n0 = (t % num_n) * TWG_BN;
-                const int nh = n0 + (int)rank * (TWG_BN / 2);  // this CTA's half of the B tile
+            for (int t = cluster; t < groups; t += clusters) {
+                const int m0 = (CL * (t / num_n) + (int)rank) * TWG_BM, n0 = (t % num_n) * TWG_BN;
+                const int nh = n0 + (int)rank * (TWG_BN / 2);  // CL = 2: this CTA's half of the B tile
                 for (int kt = 0; kt < KT; kt++, it++) {
                     const uint32_t s = it % TWG_STAGES, ph = (it / TWG_STAGES) & 1u;
                     // both CTAs' consumers have released stage s (round 0 passes at once: parity 1)
@@ -433,8 +439,11 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
                     twg_mbar_arrive_expect_tx(bar_full + 8 * s, TWG_STAGE_BYTES);
                     const uint32_t sa = base + s * TWG_STAGE_BYTES;
                     twg_tma_load_2d(sa, &tmX, bar_full + 8 * s, kt * TWG_BK, m0);
-                    twg_tma_load_2d_mc(sa + TWG_A_BYTES + rank * (TWG_B_BYTES / 2), &tmW, bar_full + 8 * s, kt * TWG_BK,
-                                       nh, (uint16_t)0x3u);
+                    if (CL == 2)
+                        twg_tma_load_2d_mc(sa + TWG_A_BYTES + rank * (TWG_B_BYTES / 2), &tmW, bar_full + 8 * s,
+                                           kt * TWG_BK, nh, (uint16_t)0x3u);
+                    else
+                        twg_tma_load_2d(sa + TWG_A_BYTES, &tmW, bar_full + 8 * s, kt * TWG_BK, n0);
                 }
             }
         }
@@ -455,8 +464,8 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
         int pend = 0, prow = 0;
         uint32_t pw0 = 0, pw1 = 0, *pout = tw;
         uint32_t it = 0;
-        for (int t = cluster; t < pairs; t += clusters) {
-            const int m0 = (2 * (t / num_n) + (int)rank) * TWG_BM, tn = t % num_n;
+        for (int t = cluster; t < groups; t += clusters) {
+            const int m0 = (CL * (t / num_n) + (int)rank) * TWG_BM, tn = t % num_n;
             for (int kt = 0; kt < KT; kt++, it++) {
                 const uint32_t s = it % TWG_STAGES, ph = (it / TWG_STAGES) & 1u;
                 twg_mbar_wait(bar_full + 8 * s, ph);
@@ -466,7 +475,7 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
                 if (kt > 0) {  // the previous k step's group is done: release its stage
                     twg_wgmma_wait<1>();
                     twg_fence_acc(d);
-                    if (tid == 0) twg_release(bar_empty + 8 * ((it - 1) % TWG_STAGES), peer);
+                    if (tid == 0) twg_release<CL>(bar_empty + 8 * ((it - 1) % TWG_STAGES), peer);
                 }
                 // One part of the previous tile's epilogue while this k step's group runs, after the previous
                 // stage's release (k steps 1 and 2, so the producer refills stage 0 without waiting for it)
@@ -479,7 +488,7 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
                             ovf_flag, ovf_list, counters, nnz);
             twg_wgmma_wait<0>();
             twg_fence_acc(d);
-            if (tid == 0) twg_release(bar_empty + 8 * ((it - 1) % TWG_STAGES), peer);
+            if (tid == 0) twg_release<CL>(bar_empty + 8 * ((it - 1) % TWG_STAGES), peer);
             // Epilogue: rows m0 + 64c + 16 warp + lane/4 (+ 8), tile tn. First every accumulator pair becomes
             // its bf16x2 bits (all the format needs), so the 128 fp32 registers die here: the epilogue then
             // runs in ~64 + temporaries registers (with the fp32 values live it spilled at the 168 registers the
@@ -508,8 +517,10 @@ twell_gate_wgmma_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_co
         for (int o = 16; o > 0; o >>= 1) nnz += __shfl_xor_sync(0xffffffffu, nnz, o);
         if (lane == 0 && nnz) atomicAdd(&counters->nnz, nnz);
     }
-    __syncwarp();
-    twg_cluster_sync();  // the peer may still multicast into this CTA's stages or arrive on its barriers until here
+    if (CL == 2) {
+        __syncwarp();
+        twg_cluster_sync();  // the peer may still multicast into this CTA's stages or arrive on its barriers until here
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -581,25 +592,47 @@ static inline int twell_gate_wgmma_check(const bf16 *X, const bf16 *W, int M, in
     return TWELL_OK;
 }
 
-// The clusters of the kernel that can be resident at once on this device (one CTA per SM; a GPC with an odd number
-// of free SMs leaves one idle), asked of the occupancy API once per device (<= 16 devices). 0 (message printed) if
-// the kernel cannot run.
+// The cluster size for this device: 1 on an H200 (measured ~3% faster there, dev/results_log run 101), 2 on every
+// other Hopper part (an H100: ~10% faster). Asked once per device (<= 16 devices).
+static inline int twg_default_cluster(void) {
+    static int cached[16];
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    if (dev < 16 && cached[dev]) return cached[dev];
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    const int cl = strstr(prop.name, "H200") ? 1 : 2;
+    if (dev < 16) cached[dev] = cl;
+    return cl;
+}
+
+// The clusters of CL CTAs of the kernel that can be resident at once on this device (one CTA per SM; a GPC with an
+// odd number of free SMs leaves one idle when CL = 2), asked of the occupancy API once per device (<= 16 devices) and
+// cluster size. 0 (message printed) if the kernel cannot run.
+template <int CL>
 static inline int twg_max_clusters(void) {
     static int cached[16];
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
     if (dev < 16 && cached[dev]) return cached[dev];
     const int smem = TWG_FE_SMEM_BYTES;
-    cudaCheck(cudaFuncSetAttribute(twell_gate_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    cudaCheck(cudaFuncSetAttribute(twell_gate_wgmma_kernel<CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(TWG_CLUSTER * cuda_sm_count(), 1, 1);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = CL;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(CL * cuda_sm_count(), 1, 1);
     cfg.blockDim = dim3(TWG_THREADS, 1, 1);
     cfg.dynamicSmemBytes = smem;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
     int n = 0;
-    cudaError_t e = cudaOccupancyMaxActiveClusters(&n, twell_gate_wgmma_kernel, &cfg);
+    cudaError_t e = cudaOccupancyMaxActiveClusters(&n, twell_gate_wgmma_kernel<CL>, &cfg);
     if (e != cudaSuccess || n < 1) {
-        fprintf(stderr, "error: twell wgmma gate: no cluster of %d CTAs with %d B of shared memory fits (%s)\n",
-                TWG_CLUSTER, smem, cudaGetErrorString(e));
+        fprintf(stderr, "error: twell wgmma gate: no cluster of %d CTAs with %d B of shared memory fits (%s)\n", CL,
+                smem, cudaGetErrorString(e));
         (void)cudaGetLastError();
         return 0;
     }
@@ -607,27 +640,52 @@ static inline int twg_max_clusters(void) {
     return n;
 }
 
+template <int CL>
+static inline int twg_launch(const CUtensorMap &tmX, const CUtensorMap &tmW, int M, int D, int F, int C, uint32_t *tw,
+                             int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream, int max_ctas) {
+    int clusters = twg_max_clusters<CL>();
+    if (clusters < 1) return TWELL_ERR_ARG;
+    if (max_ctas > 0) clusters = std::min(clusters, std::max(1, max_ctas / CL));
+    const long long groups = (long long)CEIL_DIV(CEIL_DIV(M, TWG_BM), CL) * (F / TWG_BN);
+    if (groups < clusters) clusters = (int)groups;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = CL;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(clusters * CL, 1, 1);
+    cfg.blockDim = dim3(TWG_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = TWG_FE_SMEM_BYTES;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    cudaCheck(cudaLaunchKernelEx(&cfg, twell_gate_wgmma_kernel<CL>, tmX, tmW, M, D, F, TWELL_TILE / C, tw, ovf_flag,
+                                 ovf_list, counters));
+    return TWELL_OK;
+}
+
 // X [M, D], W [F, D] -> tw [M, F/C] + ovf_flag / ovf_list / counters (zeroed by the caller on `stream`).
 // max_ctas > 0 caps the persistent grid (tests: many tiles per CTA on small shapes; rounded down to whole clusters,
-// at least one); 0 = every cluster that fits.
+// at least one); 0 = every cluster that fits. cluster: CTAs per cluster, 1 or 2; 0 = twg_default_cluster().
 static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, int D, int F, int C, uint32_t *tw,
                                           int *ovf_flag, int *ovf_list, TwellCounters *counters, cudaStream_t stream,
-                                          int max_ctas = 0) {
+                                          int max_ctas = 0, int cluster = 0) {
     int e = twell_gate_wgmma_check(X, W, M, D, F, C);
     if (e) return e;
+    if (cluster < 0 || cluster > 2) {
+        fprintf(stderr, "error: twell wgmma gate: cluster size %d (expected 0 = by device, 1 or 2)\n", cluster);
+        return TWELL_ERR_ARG;
+    }
+    if (cluster == 0) cluster = twg_default_cluster();
     TwgEncodeTiledFn enc = twg_encode_fn();
     if (!enc) return TWELL_ERR_ARG;
     CUtensorMap tmX, tmW;
     if ((e = twg_make_map(enc, &tmX, X, M, D, TWG_BM, "X"))) return e;
-    if ((e = twg_make_map(enc, &tmW, W, F, D, TWG_BN / 2, "Wg"))) return e;
-    const int smem = TWG_FE_SMEM_BYTES;
-    int clusters = twg_max_clusters();
-    if (clusters < 1) return TWELL_ERR_ARG;
-    if (max_ctas > 0) clusters = std::min(clusters, std::max(1, max_ctas / TWG_CLUSTER));
-    const long long pairs = (long long)CEIL_DIV(CEIL_DIV(M, TWG_BM), 2) * (F / TWG_BN);
-    if (pairs < clusters) clusters = (int)pairs;
-    twell_gate_wgmma_kernel<<<clusters * TWG_CLUSTER, TWG_THREADS, smem, stream>>>(tmX, tmW, M, D, F, TWELL_TILE / C, tw,
-                                                                                ovf_flag, ovf_list, counters);
+    if ((e = twg_make_map(enc, &tmW, W, F, D, TWG_BN / cluster, "Wg"))) return e;
+    e = cluster == 2 ? twg_launch<2>(tmX, tmW, M, D, F, C, tw, ovf_flag, ovf_list, counters, stream, max_ctas)
+                     : twg_launch<1>(tmX, tmW, M, D, F, C, tw, ovf_flag, ovf_list, counters, stream, max_ctas);
+    if (e) return e;
     cudaCheckLaunch();
     return TWELL_OK;
 }

@@ -1,10 +1,11 @@
 // dev/bench/bench_ffn.cu: TwELL FFN vs dense gated FFN (cuBLASLt), same process, same inputs.
 //
 //   build/bench_ffn [--quick] [--M 16384,65536] [--nnz 8,16,29,64,128,256,50%] [--pattern uniform|heavy|both]
-//                   [--reps N] [--gate-variant K] [--gate-chunk R] [--no-calibrate] [--no-cublas] [--gather]
+//                   [--reps N] [--gate-variant K] [--gate-cluster N] [--gate-chunk R] [--no-calibrate] [--no-cublas] [--gather]
 //                   [--D 2048] [--F 5632]
 // --quick: M 65536, nnz 8,29,64,128,256 and 5 reps, each unless given. -h lists the options with their defaults.
 // --gate-variant K: the gate of the sparse columns (TWELL_GATE_*: 0 wgmma, 1 cublas_mask; default TWELL_GATE_DEFAULT).
+// --gate-cluster N: the wgmma gate's clusters (1, or 2 sharing the Wg tile; default 0 = this GPU's choice).
 // --gather: a line under each row with the L2 gather probe alone (58 random 4 KB rows per token, 16-byte loads, no
 //         arithmetic: the up/down's traffic at nnz 29, the floor of any token-major up/down).
 //
@@ -57,7 +58,7 @@
 #include "dev/bench/bench_rows.cuh"
 
 typedef struct {
-    int quick, reps, D, F, gate_variant, gate_chunk, calibrate, cublas, gather;
+    int quick, reps, D, F, gate_variant, gate_chunk, gate_cluster, calibrate, cublas, gather;
     std::vector<int> Ms;
     std::vector<double> nnzs;  // < 0 means 50%
     int pat_uniform, pat_heavy;
@@ -66,7 +67,7 @@ typedef struct {
 int main(int argc, char **argv) {
     Opts o;
     o.quick = 0; o.reps = 15; o.D = 2048; o.F = 5632;
-    o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.gather = 0;
+    o.gate_variant = TWELL_GATE_DEFAULT; o.gate_chunk = 0; o.gate_cluster = 0; o.gather = 0;
     int no_calibrate = 0, no_cublas = 0;
     const char *M_list = "16384,65536", *nnz_list = "8,16,29,64,128,256,50%", *pattern = "both";
     CliOpt opts[] = {
@@ -77,6 +78,8 @@ int main(int argc, char **argv) {
         {"reps", 0, CLI_INT, &o.reps, "interleaved rounds (medians)", 1, 100000, 0},
         {"gate-variant", 0, CLI_INT, &o.gate_variant, "the sparse path's gate (TWELL_GATE_*: 0 wgmma, 1 cublas_mask)", 0,
          TWELL_GATE_NUM_VARIANTS - 1, 0},
+        {"gate-cluster", 0, CLI_INT, &o.gate_cluster, "wgmma gate: CTAs per cluster sharing the Wg tile (0: by device)", 0,
+         2, 0},
         {"gate-chunk", 0, CLI_INT, &o.gate_chunk, "rows per chunk of the cuBLASLt gate (0: its default)", 0, 1 << 24, 0},
         {"no-calibrate", 0, CLI_FLAG, &no_calibrate, "keep the static dispatch model (no twell_ffn_calibrate per M)", 0, 0, 0},
         {"no-cublas", 0, CLI_FLAG, &no_cublas, "do not time the other gate (g.other / sp.other)", 0, 0, 0},
@@ -110,8 +113,11 @@ int main(int argc, char **argv) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("bench_ffn: %s, %d SMs, L2 %d MB; D=%d F=%d C=8 reps=%d; gate %s\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20, o.D, o.F, o.reps, twell_gate_variant_name(o.gate_variant));
-    if (o.gate_variant == TWELL_GATE_WGMMA)
-        printf("  wgmma gate: %d clusters of %d CTAs resident at once\n", twg_max_clusters(), TWG_CLUSTER);
+    if (o.gate_variant == TWELL_GATE_WGMMA) {
+        const int cl = o.gate_cluster ? o.gate_cluster : twg_default_cluster();
+        printf("  wgmma gate: clusters of %d CTA(s)%s, %d resident at once\n", cl, o.gate_cluster ? "" : " (this GPU's default)",
+               cl == 2 ? twg_max_clusters<2>() : twg_max_clusters<1>());
+    }
     const int D = o.D, F = o.F, NSETS = 3;
     int maxM = 0;
     for (int m : o.Ms) maxM = std::max(maxM, m);
@@ -134,6 +140,7 @@ int main(int argc, char **argv) {
     // twell_ffn_forward takes at M <= TWELL_DECODE_MAX_M is timed by dev/bench/bench_decode.cu.
     twell_ffn_set_decode_rows(&ws, 0);
     ws.gate_variant = o.gate_variant;
+    ws.gate_cluster = o.gate_cluster;
     if (o.gate_chunk > 0 && twell_ffn_set_gate_chunk(&ws, o.gate_chunk) != TWELL_OK) return 1;
     const int other_gate = o.gate_variant == TWELL_GATE_CUBLAS ? TWELL_GATE_WGMMA : TWELL_GATE_CUBLAS;
     const TwellDispatchModel static_model = ws.model;

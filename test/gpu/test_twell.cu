@@ -383,7 +383,8 @@ static void run_shapes(int gated) {
 
 // The Hopper wgmma gate (TWELL_GATE_WGMMA) bit for bit vs the CPU packer on the exact integer inputs, on M not a
 // multiple of 128 (1, 77, 129, 1000), D 64..2048, F 256..5632, C 8/4/2, then the whole FFN through it. Every shape
-// runs with the full persistent grid AND with the grid capped at 4 CTAs (ws.gate_max_ctas), so each CTA walks many
+// runs with clusters of 1 and of 2 CTAs (ws.gate_cluster: the Wg tile multicast), each with the full persistent grid
+// AND with the grid capped at 4 CTAs (ws.gate_max_ctas), so each CTA walks many
 // tiles: the stage ring wraps across tiles and the deferred epilogue runs under the next tile's k steps. Runs first: a hang or a descriptor bug
 // shows here, with the variant and shape named (device trap + host watchdog).
 typedef struct { int M, D, F, C; } WShape;
@@ -418,11 +419,15 @@ static void run_gate_wgmma(int variant) {
         assert_int_equal(twell_ffn_workspace_create(&ws, sh.M, sh.D, sh.F, sh.C, 1), TWELL_OK);
         ws.gate_variant = variant;
         assert_int_equal(twell_ffn_set_decode_rows(&ws, 0), TWELL_OK);  // M = 1: the FFN through this gate, not decode
-        check_gate(&P, &ws);
-        check_gate(&P, &ws);  // again: persistent-kernel state must not leak between calls
-        ws.gate_max_ctas = 4;  // many tiles per CTA
-        check_gate(&P, &ws);
-        ws.gate_max_ctas = 0;
+        for (int cl = 1; cl <= 2; cl++) {  // both cluster sizes, whichever this GPU runs by default
+            ws.gate_cluster = cl;
+            check_gate(&P, &ws);
+            check_gate(&P, &ws);  // again: persistent-kernel state must not leak between calls
+            ws.gate_max_ctas = 4;  // many tiles per CTA
+            check_gate(&P, &ws);
+            ws.gate_max_ctas = 0;
+        }
+        ws.gate_cluster = 0;
         TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "sparse/gate_wgmma");
         assert_int_equal(r.n_overflow, count_ovf_rows(&P));
         assert_int_equal(ws.gate_scratch_rows, 0);  // no wgmma gate (nor the dense fallback) needs the scratch
@@ -435,9 +440,13 @@ static void run_gate_wgmma(int variant) {
         TwellFFNWorkspace ws;
         assert_int_equal(twell_ffn_workspace_create(&ws, 333, 128, 5632, 8, 1), TWELL_OK);
         ws.gate_variant = variant;
-        check_gate(&P, &ws);
-        ws.gate_max_ctas = 2;
-        check_gate(&P, &ws);
+        for (int cl = 1; cl <= 2; cl++) {
+            ws.gate_cluster = cl;
+            check_gate(&P, &ws);
+            ws.gate_max_ctas = 2;
+            check_gate(&P, &ws);
+            ws.gate_max_ctas = 0;
+        }
         twell_ffn_workspace_free(&ws);
     }
 }
@@ -745,6 +754,8 @@ static void test_shape_errors(void **state) {
                      TWELL_ERR_SHAPE);
     assert_int_equal(twell_gate_wgmma_launch(buf + 1, buf, 8, 128, 512, 8, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters,
                                              0), TWELL_ERR_ARG);
+    assert_int_equal(twell_gate_wgmma_launch(buf, buf, 8, 128, 512, 8, ws.tw, ws.ovf_flag, ws.ovf_list, ws.counters, 0,
+                                             0, 3), TWELL_ERR_ARG);  // clusters of 1 or 2 CTAs only
     assert_int_equal(twell_ffn_set_gate_chunk(&ws, 0), TWELL_ERR_ARG);
     // The fused up/down names its constraint on D.
     assert_int_equal(twell_updown_launch(ws.tw, buf, buf, 1, 100, 512, 8, NULL, 0), TWELL_ERR_SHAPE);

@@ -606,6 +606,22 @@ static inline int twg_default_cluster(void) {
     return cl;
 }
 
+// A launch configuration of `grid` CTAs in clusters of cl (attr: its one attribute, owned by the caller).
+static inline cudaLaunchConfig_t twg_cluster_config(cudaLaunchAttribute *attr, int cl, int grid, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg = {};
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = cl;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg.gridDim = dim3(grid, 1, 1);
+    cfg.blockDim = dim3(TWG_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = TWG_FE_SMEM_BYTES;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 // The clusters of CL CTAs of the kernel that can be resident at once on this device (one CTA per SM; a GPC with an
 // odd number of free SMs leaves one idle when CL = 2), asked of the occupancy API once per device (<= 16 devices) and
 // cluster size. 0 (message printed) if the kernel cannot run.
@@ -617,17 +633,8 @@ static inline int twg_max_clusters(void) {
     if (dev < 16 && cached[dev]) return cached[dev];
     const int smem = TWG_FE_SMEM_BYTES;
     cudaCheck(cudaFuncSetAttribute(twell_gate_wgmma_kernel<CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = CL;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(CL * cuda_sm_count(), 1, 1);
-    cfg.blockDim = dim3(TWG_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = twg_cluster_config(&attr, CL, CL * cuda_sm_count(), 0);
     int n = 0;
     cudaError_t e = cudaOccupancyMaxActiveClusters(&n, twell_gate_wgmma_kernel<CL>, &cfg);
     if (e != cudaSuccess || n < 1) {
@@ -648,18 +655,8 @@ static inline int twg_launch(const CUtensorMap &tmX, const CUtensorMap &tmW, int
     if (max_ctas > 0) clusters = std::min(clusters, std::max(1, max_ctas / CL));
     const long long groups = (long long)CEIL_DIV(CEIL_DIV(M, TWG_BM), CL) * (F / TWG_BN);
     if (groups < clusters) clusters = (int)groups;
-    cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = CL;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(clusters * CL, 1, 1);
-    cfg.blockDim = dim3(TWG_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = TWG_FE_SMEM_BYTES;
-    cfg.stream = stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = twg_cluster_config(&attr, CL, clusters * CL, stream);
     cudaCheck(cudaLaunchKernelEx(&cfg, twell_gate_wgmma_kernel<CL>, tmX, tmW, M, D, F, TWELL_TILE / C, tw, ovf_flag,
                                  ovf_list, counters));
     return TWELL_OK;

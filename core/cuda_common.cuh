@@ -164,4 +164,19 @@ __device__ __forceinline__ void pdl_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// A launch configuration for cudaLaunchKernelEx, as a programmatic dependent launch when pdl is 1 (the attribute is
+// written to *attr, which must live until the launch).
+static inline cudaLaunchConfig_t pdl_launch_config(dim3 grid, dim3 block, size_t smem, int pdl,
+                                                   cudaLaunchAttribute *attr, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr->val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cfg;
+}
 #endif  // SLLM_CUDA_COMMON_CUH

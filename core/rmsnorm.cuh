@@ -10,9 +10,15 @@
 //   dx = rstd * (dy*w - xhat * mean(dy*w*xhat));   dres = (accumulate ? dres : 0) + dx   (bf16, in place)
 //   dw (+)= sum_rows dy * xhat                        (fp32, deterministic two-stage column reduction)
 // Requirements: D % 8 == 0, 16-byte aligned rows. One warp per row; 8 bf16 per 16-byte access.
+// A few rows (decoding: N <= RMSNORM_FEW_ROWS, D <= RMSNORM_FEW_MAX_D) run the forward one CTA per row instead, with
+// the row held in registers: one 16-byte load per thread instead of a warp's 8 dependent round trips and a re-read,
+// launched as a programmatic dependent launch (the gains are loaded before waiting for the kernel before it, and the
+// next kernel may start its own weight loads meanwhile). The sum of squares is then added in a different order, so
+// the result can differ from the warp kernel's in the last bit of rstd.
 #ifndef SLLM_RMSNORM_CUH
 #define SLLM_RMSNORM_CUH
 
+#include "cuda_common.cuh"
 #include "kernel_utils.cuh"
 
 #define RMSNORM_WARPS 4  // rows per block in the row kernels
@@ -55,21 +61,81 @@ static __global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, bf16 *res,
     if (lane == 0 && rstd) rstd[row] = r;
 }
 
+#define RMSNORM_FEW_ROWS 64
+#define RMSNORM_FEW_THREADS 256
+#define RMSNORM_FEW_CHUNKS 4  // 16-byte chunks per thread: D <= 256 * 8 * 4
+#define RMSNORM_FEW_MAX_D (RMSNORM_FEW_THREADS * 8 * RMSNORM_FEW_CHUNKS)
+
+// One CTA per row; the same function as rmsnorm_forward_kernel (res = bf16(a + b) when b != NULL).
+static __global__ void __launch_bounds__(RMSNORM_FEW_THREADS)
+rmsnorm_few_rows_kernel(bf16 *out, float *rstd, bf16 *res, const bf16 *a, const bf16 *b, const bf16 *w, int D,
+                        float eps) {
+    constexpr int CH = RMSNORM_FEW_CHUNKS;
+    __shared__ float sh[32];
+    const size_t row = blockIdx.x;
+    float g[CH][8], x[CH][8];
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        const int col = (threadIdx.x + c * RMSNORM_FEW_THREADS) * 8;
+        if (col < D) load8_bf16(w + col, g[c]);  // gains: independent of the kernel before
+    }
+    pdl_launch_dependents();
+    pdl_wait();
+    float ss = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        const int col = (threadIdx.x + c * RMSNORM_FEW_THREADS) * 8;
+        if (col >= D) continue;
+        load8_bf16(a + row * D + col, x[c]);
+        if (b) {
+            float y[8];
+            load8_bf16(b + row * D + col, y);
+#pragma unroll
+            for (int i = 0; i < 8; i++) x[c][i] = round_bf16(x[c][i] + y[i]);
+            store8_bf16(res + row * D + col, x[c]);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) ss += x[c][i] * x[c][i];
+    }
+    ss = block_sum(ss, sh);
+    const float r = rsqrtf(ss / (float)D + eps);
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        const int col = (threadIdx.x + c * RMSNORM_FEW_THREADS) * 8;
+        if (col >= D) continue;
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[c][i] = x[c][i] * r * g[c][i];
+        store8_bf16(out + row * D + col, x[c]);
+    }
+    if (threadIdx.x == 0 && rstd) rstd[row] = r;
+}
+
+// The forward of N rows: the few-rows kernel (programmatic dependent launch) or the warp-per-row kernel.
+static inline void rmsnorm_forward_launch(bf16 *out, float *rstd, bf16 *res, const bf16 *a, const bf16 *b,
+                                          const bf16 *w, int N, int D, float eps, cudaStream_t stream) {
+    if (N <= RMSNORM_FEW_ROWS && D <= RMSNORM_FEW_MAX_D) {
+        cudaLaunchAttribute attr;
+        const cudaLaunchConfig_t cfg =
+            pdl_launch_config(dim3((unsigned)N), dim3(RMSNORM_FEW_THREADS), 0, 1, &attr, stream);
+        if (N > 0) cudaCheck(cudaLaunchKernelEx(&cfg, rmsnorm_few_rows_kernel, out, rstd, res, a, b, w, D, eps));
+        return;
+    }
+    rmsnorm_forward_kernel<<<CEIL_DIV(N, RMSNORM_WARPS), 32 * RMSNORM_WARPS, 0, stream>>>(out, rstd, res, a, b, w, N,
+                                                                                          D, eps);
+    cudaCheckLaunch();
+}
+
 // out = rmsnorm(x). rstd may be NULL (recompute in backward reuses the saved one... but it is cheap to redo).
 static inline void rmsnorm_forward(bf16 *out, float *rstd, const bf16 *x, const bf16 *w, int N, int D, float eps,
                                    cudaStream_t stream) {
     if (D % 8) SLLM_FATAL("rmsnorm_forward: D=%d must be a multiple of 8", D);
-    rmsnorm_forward_kernel<<<CEIL_DIV(N, RMSNORM_WARPS), 32 * RMSNORM_WARPS, 0, stream>>>(out, rstd, NULL, x, NULL, w,
-                                                                                          N, D, eps);
-    cudaCheckLaunch();
+    rmsnorm_forward_launch(out, rstd, NULL, x, NULL, w, N, D, eps, stream);
 }
 // res = a + b; out = rmsnorm(res).
 static inline void fused_residual_rmsnorm_forward(bf16 *res, bf16 *out, float *rstd, const bf16 *a, const bf16 *b,
                                                   const bf16 *w, int N, int D, float eps, cudaStream_t stream) {
     if (D % 8) SLLM_FATAL("fused_residual_rmsnorm_forward: D=%d must be a multiple of 8", D);
-    rmsnorm_forward_kernel<<<CEIL_DIV(N, RMSNORM_WARPS), 32 * RMSNORM_WARPS, 0, stream>>>(out, rstd, res, a, b, w,
-                                                                                          N, D, eps);
-    cudaCheckLaunch();
+    rmsnorm_forward_launch(out, rstd, res, a, b, w, N, D, eps, stream);
 }
 
 // Row part of the backward: dres = (accumulate ? dres : 0) + dx.

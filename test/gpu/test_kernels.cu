@@ -25,6 +25,7 @@ extern "C" {
 #include "classifier.cuh"
 #include "embedding.cuh"
 #include "ffn.cuh"
+#include "gemv.cuh"
 #include "global_norm.cuh"
 #include "matmul.cuh"
 #include "model/ref_model.h"
@@ -33,6 +34,7 @@ extern "C" {
 #include "rng.h"
 #include "gpu_harness.h"
 #include "rope.cuh"
+#include "sampler.h"
 
 static uint64_t g_seed;
 static Rng g_rng;
@@ -150,6 +152,9 @@ static void test_rmsnorm(void **state) {
     rmsnorm_case(1, 8);
     rmsnorm_case(37, 136);    // D not a multiple of 64 or 256
     rmsnorm_case(300, 2048);  // the paper's width, rows not a multiple of the block's 4
+    rmsnorm_case(4, 2048);    // decoding rows: the one-CTA-per-row kernel (as (1, 8) and (37, 136))
+    rmsnorm_case(64, 8192);   // its largest rows and row count
+    rmsnorm_case(65, 2048);   // one row more: the warp-per-row kernel
 }
 
 // ---- RoPE -----------------------------------------------------------------------------------------------
@@ -696,6 +701,251 @@ static void test_matmul_relu_mask(void **state) {
     cudaFree(dx); cudaFree(dW); cudaFree(dout); cudaFree(dmask);
 }
 
+// ---- GEMV (decoding) --------------------------------------------------------------------------------------
+// acc[m, n] = sum_k x[m, k] W[n, k] in double
+static double *ref_gemv(const float *x, const float *W, int M, int N, int K) {
+    double *y = (double *)sllm_malloc((size_t)M * N * 8);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double a = 0;
+            for (int k = 0; k < K; k++) a += (double)x[(size_t)m * K + k] * W[(size_t)n * K + k];
+            y[(size_t)m * N + n] = a;
+        }
+    return y;
+}
+static void gemv_rows_case(int M, int N, int K, int f32) {
+    printf("gemv rows M=%d N=%d K=%d out %s\n", M, N, K, f32 ? "fp32" : "bf16");
+    float *x = rand_bf16_values((size_t)M * K, 1.0), *W = rand_bf16_values((size_t)N * K, 0.05);
+    bf16 *dx = dev_bf16(x, (size_t)M * K), *dW = dev_bf16(W, (size_t)N * K);
+    double *ref = ref_gemv(x, W, M, N, K);
+    void *dy;
+    cudaCheck(cudaMalloc(&dy, (size_t)M * N * 4));
+    float *h1 = NULL, *h2 = NULL;
+    for (int rep = 0; rep < 2; rep++) {
+        poison(dy, (size_t)M * N * 4);
+        if (f32) gemv_rows((float *)dy, gemv_in(dx), dW, M, N, K, 0);
+        else gemv_rows((bf16 *)dy, gemv_in(dx), dW, M, N, K, 0);
+        float *h = f32 ? get_f32((float *)dy, (size_t)M * N) : get_bf16((bf16 *)dy, (size_t)M * N);
+        if (rep == 0) h1 = h; else h2 = h;
+    }
+    CHECK_REL("gemv rows", h1, ref, (size_t)M * N, f32 ? 1e-5 : 1e-2);
+    assert_memory_equal(h1, h2, (size_t)M * N * sizeof(float));  // deterministic
+    free(x); free(W); free(ref); free(h1); free(h2);
+    cudaFree(dx); cudaFree(dW); cudaFree(dy);
+}
+// pattern: 0 random, 1 every gate <= 0 (nothing fires), 2 every gate > 0
+static void gemv_ffn_case(int M, int F, int K, int gated, int pattern) {
+    printf("gemv ffn up M=%d F=%d K=%d gated=%d pattern=%d\n", M, F, K, gated, pattern);
+    float *x = rand_bf16_values((size_t)M * K, 1.0), *Wg = rand_bf16_values((size_t)F * K, 0.05),
+          *Wu = rand_bf16_values((size_t)F * K, 0.05);
+    if (pattern) {  // x > 0 and the first weight matrix of one sign: every gate has that sign
+        for (size_t i = 0; i < (size_t)M * K; i++) x[i] = fabsf(x[i]) + 0.0625f;
+        float *W1 = gated ? Wg : Wu;
+        for (size_t i = 0; i < (size_t)F * K; i++) W1[i] = pattern == 1 ? -fabsf(W1[i]) : fabsf(W1[i]);
+    }
+    bf16 *dx = dev_bf16(x, (size_t)M * K), *dWg = dev_bf16(Wg, (size_t)F * K), *dWu = dev_bf16(Wu, (size_t)F * K);
+    double *g = ref_gemv(x, gated ? Wg : Wu, M, F, K), *u = gated ? ref_gemv(x, Wu, M, F, K) : NULL;
+    double *ref = (double *)sllm_malloc((size_t)M * F * 8);
+    long long lo = 0, amb = 0;  // certain and near-zero (either way) active pairs
+    uint8_t *want_fired = (uint8_t *)sllm_calloc(F, 1), *amb_unit = (uint8_t *)sllm_calloc(F, 1);
+    for (size_t i = 0; i < (size_t)M * F; i++) {
+        const double gb = sllm_round_bf16((float)g[i]);
+        ref[i] = gb > 0 ? (gated ? gb * sllm_round_bf16((float)u[i]) : gb) : 0.0;
+        if (fabs(g[i]) < 1e-3) { amb++; amb_unit[i % F] = 1; }
+        else if (g[i] > 0) { lo++; want_fired[i % F] = 1; }
+    }
+    bf16 *dh;
+    unsigned long long *dnnz;
+    uint8_t *dfired;
+    cudaCheck(cudaMalloc((void **)&dh, (size_t)M * F * 2));
+    cudaCheck(cudaMalloc((void **)&dnnz, 8));
+    cudaCheck(cudaMalloc((void **)&dfired, F));
+    poison(dh, (size_t)M * F * 2);
+    cudaCheck(cudaMemset(dnnz, 0, 8));
+    cudaCheck(cudaMemset(dfired, 0, F));
+    if (gated) {
+        GemvFFNUpOp<true> op = {dWg, dWu, dh, F, K, dnnz, dfired};
+        gemv_launch(op, gemv_in(dx), M, K, F, 0);
+    } else {
+        GemvFFNUpOp<false> op = {NULL, dWu, dh, F, K, dnnz, dfired};
+        gemv_launch(op, gemv_in(dx), M, K, F, 0);
+    }
+    float *hh = get_bf16(dh, (size_t)M * F);
+    unsigned long long nnz = 0;
+    cudaCheck(cudaMemcpy(&nnz, dnnz, 8, cudaMemcpyDeviceToHost));
+    uint8_t *fired = (uint8_t *)sllm_malloc(F);
+    cudaCheck(cudaMemcpy(fired, dfired, F, cudaMemcpyDeviceToHost));
+    CHECK_REL("gemv ffn h", hh, ref, (size_t)M * F, 1e-2);
+    printf("  active pairs %llu (reference %lld, %lld within 1e-3 of 0)\n", nnz, lo, amb);
+    assert_true((long long)nnz >= lo && (long long)nnz <= lo + amb);
+    if (pattern == 1) assert_true(nnz == 0);
+    if (pattern == 2) assert_true(nnz == (unsigned long long)M * F);
+    for (int f = 0; f < F; f++)
+        if (!amb_unit[f]) assert_int_equal(fired[f], want_fired[f]);
+    for (size_t i = 0; i < (size_t)M * F; i++)
+        if (fabs(g[i]) >= 1e-3 && g[i] < 0) assert_true(hh[i] == 0.0f);  // exact zeros where the gate is off
+    free(x); free(Wg); free(Wu); free(g); free(u); free(ref); free(want_fired); free(amb_unit); free(hh); free(fired);
+    cudaFree(dx); cudaFree(dWg); cudaFree(dWu); cudaFree(dh); cudaFree(dnnz); cudaFree(dfired);
+}
+// q, k, v of a decoding step at position pos: q rotated, k rotated into the cache, v into the cache, nothing else of
+// the cache touched.
+static void gemv_qkv_case(int M, int H, int KVH, int hd, int S, int pos) {
+    const int Q = H * hd, KV = KVH * hd, K = 512, h2 = hd / 2;
+    printf("gemv qkv+rope+cache M=%d H=%d KVH=%d hd=%d pos=%d\n", M, H, KVH, hd, pos);
+    float *x = rand_bf16_values((size_t)M * K, 1.0), *Wq = rand_bf16_values((size_t)Q * K, 0.05),
+          *Wk = rand_bf16_values((size_t)KV * K, 0.05), *Wv = rand_bf16_values((size_t)KV * K, 0.05);
+    float *tab = (float *)sllm_malloc((size_t)S * hd * 4);
+    rope_build_table(tab, S, hd, 10000.0);
+    bf16 *dx = dev_bf16(x, (size_t)M * K), *dWq = dev_bf16(Wq, (size_t)Q * K), *dWk = dev_bf16(Wk, (size_t)KV * K),
+         *dWv = dev_bf16(Wv, (size_t)KV * K);
+    float *dtab = dev_f32(tab, (size_t)S * hd);
+    const size_t cache = (size_t)M * S * KV;
+    bf16 *dq, *dkc, *dvc;
+    int *dpos;
+    cudaCheck(cudaMalloc((void **)&dq, (size_t)M * Q * 2));
+    cudaCheck(cudaMalloc((void **)&dkc, cache * 2));
+    cudaCheck(cudaMalloc((void **)&dvc, cache * 2));
+    cudaCheck(cudaMalloc((void **)&dpos, 4));
+    cudaCheck(cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice));
+    poison(dq, (size_t)M * Q * 2); poison(dkc, cache * 2); poison(dvc, cache * 2);
+    GemvQKVRopeOp op;
+    op.wq = dWq; op.wk = dWk; op.wv = dWv; op.q = dq; op.kc = dkc; op.vc = dvc; op.rope = dtab; op.pos = dpos;
+    op.Q = Q; op.KV = KV; op.hd = hd; op.S = S; op.K = K;
+    gemv_launch(op, gemv_in(dx), M, K, (Q + 2 * KV) / 2, 0);
+    double *rq = ref_gemv(x, Wq, M, Q, K), *rk = ref_gemv(x, Wk, M, KV, K), *rv = ref_gemv(x, Wv, M, KV, K);
+    for (int t = 0; t < 2; t++) {  // rotate q and k from their bf16-rounded products
+        double *r = t ? rk : rq;
+        const int n = t ? KV : Q;
+        for (int m = 0; m < M; m++)
+            for (int hh = 0; hh < n / hd; hh++)
+                for (int i = 0; i < h2; i++) {
+                    double *p = r + (size_t)m * n + hh * hd;
+                    const double a = sllm_round_bf16((float)p[i]), b = sllm_round_bf16((float)p[i + h2]);
+                    const double c = tab[((size_t)pos * h2 + i) * 2], sn = tab[((size_t)pos * h2 + i) * 2 + 1];
+                    p[i] = a * c - b * sn;
+                    p[i + h2] = b * c + a * sn;
+                }
+    }
+    float *hq = get_bf16(dq, (size_t)M * Q), *hk = get_bf16(dkc, cache), *hv = get_bf16(dvc, cache);
+    float *gk = (float *)sllm_malloc((size_t)M * KV * 4), *gv = (float *)sllm_malloc((size_t)M * KV * 4);
+    for (int m = 0; m < M; m++)
+        for (int s = 0; s < S; s++)
+            for (int j = 0; j < KV; j++) {
+                const size_t ci = ((size_t)m * S + s) * KV + j;
+                if (s == pos) { gk[(size_t)m * KV + j] = hk[ci]; gv[(size_t)m * KV + j] = hv[ci]; }
+                else assert_true(isnan(hk[ci]) && isnan(hv[ci]));  // other positions untouched (still poisoned)
+            }
+    CHECK_REL("gemv q (rotated)", hq, rq, (size_t)M * Q, 1e-2);
+    CHECK_REL("gemv k (rotated, in the cache)", gk, rk, (size_t)M * KV, 1e-2);
+    CHECK_REL("gemv v (in the cache)", gv, rv, (size_t)M * KV, 1e-2);
+    free(x); free(Wq); free(Wk); free(Wv); free(tab); free(rq); free(rk); free(rv); free(hq); free(hk); free(hv);
+    free(gk); free(gv);
+    cudaFree(dx); cudaFree(dWq); cudaFree(dWk); cudaFree(dWv); cudaFree(dtab); cudaFree(dq); cudaFree(dkc);
+    cudaFree(dvc); cudaFree(dpos);
+}
+// The fused input: s = bf16(a + b) (b may be NULL), x = bf16(rmsnorm(s) * gain), y = x W^T; s written to res.
+static void gemv_norm_case(int M, int N, int K, int with_b) {
+    printf("gemv with the residual add + rmsnorm fused M=%d N=%d K=%d b=%d\n", M, N, K, with_b);
+    const float eps = 1e-5f;
+    float *a = rand_bf16_values((size_t)M * K, 1.0), *b = rand_bf16_values((size_t)M * K, 0.5),
+          *g = rand_bf16_values(K, 1.0), *W = rand_bf16_values((size_t)N * K, 0.05);
+    for (int i = 0; i < K; i++) g[i] = sllm_round_bf16(1.0f + 0.1f * g[i]);
+    bf16 *da = dev_bf16(a, (size_t)M * K), *db = dev_bf16(b, (size_t)M * K), *dg = dev_bf16(g, K),
+         *dW = dev_bf16(W, (size_t)N * K), *dy, *dres;
+    cudaCheck(cudaMalloc((void **)&dy, (size_t)M * N * 2));
+    cudaCheck(cudaMalloc((void **)&dres, (size_t)M * K * 2));
+    poison(dy, (size_t)M * N * 2);
+    poison(dres, (size_t)M * K * 2);
+    const GemvIn in = {da, with_b ? db : NULL, dg, dres, eps};
+    gemv_rows(dy, in, dW, M, N, K, 0);
+    float *x = (float *)sllm_malloc((size_t)M * K * 4), *sum = (float *)sllm_malloc((size_t)M * K * 4);
+    for (int m = 0; m < M; m++) {
+        double ss = 0;
+        for (int k = 0; k < K; k++) {
+            const size_t i = (size_t)m * K + k;
+            sum[i] = with_b ? sllm_round_bf16(a[i] + b[i]) : a[i];
+            ss += (double)sum[i] * sum[i];
+        }
+        const double r = 1.0 / sqrt(ss / K + eps);
+        for (int k = 0; k < K; k++) x[(size_t)m * K + k] = sllm_round_bf16((float)(sum[(size_t)m * K + k] * r * g[k]));
+    }
+    double *ref = ref_gemv(x, W, M, N, K);
+    float *hy = get_bf16(dy, (size_t)M * N), *hres = get_bf16(dres, (size_t)M * K);
+    CHECK_REL("gemv after the fused norm", hy, ref, (size_t)M * N, 1e-2);
+    if (with_b) assert_memory_equal(hres, sum, (size_t)M * K * 4);  // the residual sum, exactly
+    else for (size_t i = 0; i < (size_t)M * K; i++) assert_true(isnan(hres[i]));  // no b: res untouched
+    free(a); free(b); free(g); free(W); free(x); free(sum); free(ref); free(hy); free(hres);
+    cudaFree(da); cudaFree(db); cudaFree(dg); cudaFree(dW); cudaFree(dy); cudaFree(dres);
+}
+// The LM head with the greedy pick fused: the logits as gemv_rows (fp32), and per row the host sampler's argmax of
+// those very logits: ties (duplicated weight rows) to the first index, NaN rows never winning, all-NaN rows to 0.
+static void gemv_argmax_case(int M, int N, int K, int pattern) {
+    printf("gemv logits + argmax M=%d N=%d K=%d pattern=%d\n", M, N, K, pattern);
+    float *x = rand_bf16_values((size_t)M * K, 1.0), *W = rand_bf16_values((size_t)N * K, 0.05);
+    if (pattern == 1) {  // row 3 the largest logit of row 0, copies of it (ties) and of row 700 further on, two NaN rows
+        for (int k = 0; k < K; k++) W[(size_t)3 * K + k] = x[k] >= 0 ? 0.25f : -0.25f;
+        for (int j = 0; j < 5; j++) {
+            memcpy(W + (size_t)(N - 1 - 2 * j) * K, W + (size_t)3 * K, K * 4);
+            memcpy(W + (size_t)(N - 2 - 2 * j) * K, W + (size_t)(700 % N) * K, K * 4);
+        }
+        W[(size_t)10 * K] = NAN;
+        W[(size_t)(N / 2) * K + 5] = NAN;
+    }
+    if (pattern == 2)  // every logit NaN
+        for (int n = 0; n < N; n++) W[(size_t)n * K] = NAN;
+    bf16 *dx = dev_bf16(x, (size_t)M * K), *dW = dev_bf16(W, (size_t)N * K);
+    float *dy = dev_f32(NULL, (size_t)M * N);
+    unsigned long long *dbest;
+    cudaCheck(cudaMalloc((void **)&dbest, 8 * M));
+    cudaCheck(cudaMemset(dbest, 0, 8 * M));
+    poison(dy, (size_t)M * N * 4);
+    const GemvLogitsArgmaxOp op = {dW, dy, dbest, N, K, M};
+    gemv_launch(op, gemv_in(dx), M, K, N / 2, 0);
+    float *hy = get_f32(dy, (size_t)M * N);
+    unsigned long long best[GEMV_MAX_M];
+    cudaCheck(cudaMemcpy(best, dbest, 8 * M, cudaMemcpyDeviceToHost));
+    // the logits: the same bits as gemv_rows to fp32
+    poison(dy, (size_t)M * N * 4);
+    gemv_rows(dy, gemv_in(dx), dW, M, N, K, 0);
+    float *hy2 = get_f32(dy, (size_t)M * N);
+    assert_memory_equal(hy, hy2, (size_t)M * N * 4);
+    for (int m = 0; m < M; m++) {
+        const int want = sampler_argmax(hy + (size_t)m * N, N), got = gemv_argmax_index(best[m]);
+        printf("  row %d: argmax %d (logit %g), host sampler %d\n", m, got, hy[(size_t)m * N + got], want);
+        assert_int_equal(got, want);
+    }
+    free(x); free(W); free(hy); free(hy2);
+    cudaFree(dx); cudaFree(dW); cudaFree(dy); cudaFree(dbest);
+}
+static void test_gemv(void **state) {
+    SKIP_IF_NO_GPU();
+    for (int M = 1; M <= GEMV_MAX_M; M++) gemv_rows_case(M, 2048, 2048, 0);
+    gemv_rows_case(3, 1002, 5640, 1);  // several steps of 2048 columns, the last one partial; fp32 out
+    gemv_rows_case(2, 66, 136, 0);     // fewer columns than one step; a CTA with idle warps
+    gemv_ffn_case(1, 704, 2048, 1, 0);
+    gemv_ffn_case(4, 704, 2048, 1, 0);
+    gemv_ffn_case(2, 520, 1024, 0, 0);
+    gemv_ffn_case(3, 256, 512, 1, 1);
+    gemv_ffn_case(3, 256, 512, 1, 2);
+    gemv_ffn_case(1, 256, 512, 0, 2);
+    gemv_qkv_case(1, 4, 4, 64, 12, 5);   // MHA
+    gemv_qkv_case(3, 8, 2, 64, 9, 8);    // GQA, the last cache position
+    gemv_qkv_case(2, 2, 1, 128, 4, 0);
+    gemv_norm_case(1, 512, 2048, 1);
+    gemv_norm_case(4, 130, 2048, 1);
+    gemv_norm_case(2, 64, 5632, 0);
+    gemv_argmax_case(1, 49152, 512, 0);
+    gemv_argmax_case(4, 1002, 256, 1);
+    gemv_argmax_case(2, 66, 64, 2);
+    // the key's order: larger logits first, then the smaller index; -0 ties +0; NaN below -inf
+    assert_true(gemv_argmax_key(1.0f, 5) > gemv_argmax_key(0.5f, 1));
+    assert_true(gemv_argmax_key(-1.0f, 5) > gemv_argmax_key(-2.0f, 1));
+    assert_true(gemv_argmax_key(2.0f, 1) > gemv_argmax_key(2.0f, 2));
+    assert_true(gemv_argmax_key(-0.0f, 1) > gemv_argmax_key(0.0f, 2));
+    assert_true(gemv_argmax_key(-INFINITY, 7) > gemv_argmax_key(NAN, 0));
+    assert_int_equal(gemv_argmax_index(gemv_argmax_key(3.0f, 12345)), 12345);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),    cmocka_unit_test(test_rope),  cmocka_unit_test(test_embedding),
@@ -703,6 +953,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_classifier), cmocka_unit_test(test_ffn),   cmocka_unit_test(test_adamw_and_norm),
         cmocka_unit_test(test_adamw_closed_form),
         cmocka_unit_test(test_matmul_batched),  cmocka_unit_test(test_matmul_relu_mask),
+        cmocka_unit_test(test_gemv),
     };
     GPU_TEST_PREFLIGHT("test_kernels", tests);
     g_seed = gpu_test_seed("test_kernels");

@@ -103,6 +103,32 @@ static std::vector<int> parse_ids(const char *s, int V) {
 
 typedef struct { double prefill_ms, decode_ms; int steps; } RunTimes;
 
+// Device-to-device copy bandwidth in bytes/s, counting the bytes read and the bytes written (what HBM moves): one
+// 512 MiB buffer copied 10 times after a warm-up copy, timed with events. The yardstick of a decoding step, which
+// reads its weights.
+static double device_copy_bandwidth(cudaStream_t s) {
+    const size_t bytes = (size_t)512 << 20;
+    void *a = NULL, *b = NULL;
+    cudaCheck(cudaMalloc(&a, bytes));
+    cudaCheck(cudaMalloc(&b, bytes));
+    cudaCheck(cudaMemsetAsync(a, 0, bytes, s));
+    cudaCheck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    cudaCheck(cudaEventRecord(e0, s));
+    for (int i = 0; i < 10; i++) cudaCheck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+    cudaCheck(cudaEventRecord(e1, s));
+    cudaCheck(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    cudaCheck(cudaFree(a));
+    cudaCheck(cudaFree(b));
+    return 2.0 * 10.0 * bytes / (ms * 1e-3);
+}
+
 // Prefill the prompt (the same for every sequence), then decode up to n_new tokens per sequence. out_ids [B, n_new]
 // receives the tokens (-1 after a sequence's end-of-text unless ignore_eos); stream: print sequence 0's text as it
 // comes (B == 1 only).
@@ -116,17 +142,22 @@ static RunTimes generate(Infer *m, const std::vector<int> &prompt, int n_new, co
     std::vector<int> done(B, 0);
     SamplerWork sw;
     if (sampler_work_alloc(&sw, V)) SLLM_FATAL("out of host memory for the sampler");
+    // greedy: the token is picked on the GPU inside the decoding step (infer_get_greedy), no logits copied
+    const int greedy = sp->temperature <= 0.0f;
+    std::vector<int> picked(B);
+    m->greedy_dev = greedy;
     infer_reset(m);
     cudaCheck(cudaStreamSynchronize(m->stream));
     double t0 = now_ms();
     infer_prefill(m, prompts.data(), P);
-    infer_get_logits(m, logits.data(), B);
+    if (greedy) infer_get_greedy(m, picked.data());
+    else infer_get_logits(m, logits.data(), B);
     rt.prefill_ms = now_ms() - t0;
     t0 = now_ms();
     for (int i = 0; i < n_new; i++) {
         int live = 0;
         for (int b = 0; b < B; b++) {
-            int t = sampler_sample(logits.data() + (size_t)b * V, V, sp, &rngs[b], &sw);
+            int t = greedy ? picked[b] : sampler_sample(logits.data() + (size_t)b * V, V, sp, &rngs[b], &sw);
             if (t < 0) SLLM_FATAL("sampler: bad parameters");
             out_ids[(size_t)b * n_new + i] = done[b] ? -1 : t;
             if (!done[b] && stream && tok) {
@@ -142,7 +173,8 @@ static RunTimes generate(Infer *m, const std::vector<int> &prompt, int n_new, co
         rt.steps = i + 1;
         if (!live || i + 1 == n_new || m->pos >= m->S) break;
         infer_decode(m, next.data());
-        infer_get_logits(m, logits.data(), B);
+        if (greedy) infer_get_greedy(m, picked.data());
+        else infer_get_logits(m, logits.data(), B);
     }
     rt.decode_ms = now_ms() - t0;
     sampler_work_free(&sw);
@@ -468,6 +500,20 @@ int main(int argc, char **argv) {
             double pm[3], dm[3];
             for (int k = 0; k < 3; k++) { pm[k] = median(pre[k]); dm[k] = median(dec[k]); }
             infer_bench_energy_report(ms, 3, prompt, n_new, o.energy_ms * 1e-3, pm, dm);
+        }
+        // the decoding step against the weights' bytes: GPU time of a replayed step (no host work) and the time to
+        // read every parameter once at this GPU's measured copy bandwidth
+        if (ms[0].graph) {
+            const double bw = device_copy_bandwidth(ms[0].stream);
+            const double wbytes = (double)ms[0].param_bytes, wms = wbytes / bw * 1e3;
+            printf("decode step on the GPU (graph replays, no host work): weights %.0f MB, read once at the measured copy "
+                   "bandwidth %.0f GB/s in %.3f ms\n", wbytes / 1e6, bw / 1e9, wms);
+            for (int k = 0; k < 3; k++) {
+                const double g = infer_decode_graph_ms(&ms[k], 50);
+                if (g > 0)
+                    printf("  %-7s %.3f ms/step on the GPU = %.2fx the weight read; %.3f ms/step with the host's share\n",
+                           infer_ffn_name(modes[k]), g, g / wms, median(dec[k]));
+            }
         }
         for (int k = 0; k < 3; k++) infer_free(&ms[k]);
     }

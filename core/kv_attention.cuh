@@ -22,7 +22,9 @@
 #define SLLM_KV_ATTENTION_CUH
 
 #include <math.h>
+#include <string.h>
 
+#include "cuda_common.cuh"
 #include "kernel_utils.cuh"
 
 #define KVA_THREADS 128
@@ -142,6 +144,170 @@ static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const 
     kv_attention_kernel<<<grid, KVA_THREADS, smem, stream>>>(out, q, kc, vc, T, pos0, pos0_dev, S, H, KVH, hd,
                                                              1.0f / sqrtf((float)hd));
     cudaCheckLaunch();
+}
+
+// ---- decoding steps (T = 1): the keys split over CTAs ----
+// kv_attention's CTA per (head, row) walks all of a row's keys with 128 threads, and every step of it waits on the
+// one before (q, keys, max, sum, values): at a few hundred keys that is ~10 us per layer of a decoding step, longer
+// with the context. Here the keys are cut into blocks of KVD_KEYS, one CTA each (grid: heads x rows x
+// ceil(S / KVD_KEYS); blocks past the row's keys exit at once):
+//   - before waiting for the kernel before it (programmatic dependent launch), a CTA loads the keys it owns that
+//     earlier steps wrote (all but the newest) into registers and asks L2 for their values: only q and the newest
+//     key and value come from the q/k/v kernel before it;
+//   - thread t scores key j0 + t (a full dot product, fp32), then block max, exp, block sum, and p v over the block's
+//     keys in key groups (as kv_attention), giving the block's (max m_s, sum l_s, acc_s[hd]);
+//   - one block: out = acc / l directly; several: each writes its (m_s, l_s, acc_s) to `part`, and the last block to
+//     finish (a ticket per (row, head)) combines them in block order: out = sum_s acc_s e^(m_s - M) / sum_s l_s
+//     e^(m_s - M), M = max_s m_s. Deterministic (fixed orders); the same function as kv_attention up to fp32 rounding.
+// Work space (kv_decode_work_alloc): part [B, H, splits, hd + 2] fp32, tickets [B, H] int (zero between calls).
+#define KVD_KEYS 128
+#define KVD_MAX_CHUNKS 16  // hd / 8 <= 16 (hd <= 128)
+
+typedef struct {
+    float *part;
+    int *ticket;
+    int B, H, S, hd, splits;
+} KvDecodeWork;
+
+static inline void kv_decode_work_alloc(KvDecodeWork *w, int B, int H, int S, int hd) {
+    w->B = B; w->H = H; w->S = S; w->hd = hd; w->splits = (S + KVD_KEYS - 1) / KVD_KEYS;
+    cudaCheck(cudaMalloc((void **)&w->part, sizeof(float) * (size_t)B * H * w->splits * (hd + 2)));
+    cudaCheck(cudaMalloc((void **)&w->ticket, sizeof(int) * (size_t)B * H));
+    cudaCheck(cudaMemset(w->ticket, 0, sizeof(int) * (size_t)B * H));
+}
+static inline void kv_decode_work_free(KvDecodeWork *w) {
+    if (w->part) cudaCheck(cudaFree(w->part));
+    if (w->ticket) cudaCheck(cudaFree(w->ticket));
+    memset(w, 0, sizeof *w);
+}
+static inline size_t kv_decode_work_bytes(int B, int H, int S, int hd) {
+    return sizeof(float) * (size_t)B * H * ((S + KVD_KEYS - 1) / KVD_KEYS) * (hd + 2) + sizeof(int) * (size_t)B * H;
+}
+
+static __global__ void __launch_bounds__(KVD_KEYS)
+kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int pos0, const int *pos0_dev,
+                           int S, int H, int KVH, int hd, float scale, float *part, int *ticket, int splits) {
+    __shared__ float qs[128], ps[KVD_KEYS], red[32];
+    __shared__ float acc_s[KVA_PART_FLOATS];
+    __shared__ int s_last;
+    const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, t = threadIdx.x;
+    const int n = (pos0_dev ? *pos0_dev : pos0) + 1;  // keys 0 .. pos (the newest written by the kernel before)
+    const int j0 = split * KVD_KEYS;
+    if (j0 >= n) return;
+    const int live = (n + KVD_KEYS - 1) / KVD_KEYS, C = hd / 8, kvh = h / (H / KVH), j = j0 + t;
+    const size_t kstride = (size_t)KVH * hd;
+    const bf16 *kbase = kc + ((size_t)b * S * KVH + kvh) * hd, *vbase = vc + ((size_t)b * S * KVH + kvh) * hd;
+    uint4 kr[KVD_MAX_CHUNKS];
+    const uint4 *krow = reinterpret_cast<const uint4 *>(kbase + (size_t)j * kstride);
+    if (j < n - 1) {  // written by earlier steps: independent of the kernel before
+#pragma unroll
+        for (int c = 0; c < KVD_MAX_CHUNKS; c++)
+            if (c < C) kr[c] = __ldg(krow + c);
+        const char *vrow = reinterpret_cast<const char *>(vbase + (size_t)j * kstride);
+        for (int off = 0; off < hd * 2; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(vrow + off));
+    }
+    pdl_launch_dependents();
+    pdl_wait();
+    if (j == n - 1) {
+#pragma unroll
+        for (int c = 0; c < KVD_MAX_CHUNKS; c++)
+            if (c < C) kr[c] = *(krow + c);  // plain load: written by the kernel before
+    }
+    const bf16 *qr = q + ((size_t)b * H + h) * hd;
+    for (int d = t; d < hd; d += KVD_KEYS) qs[d] = __bfloat162float(qr[d]);
+    __syncthreads();
+    float sc = -INFINITY;
+    if (j < n) {
+        float a = 0.0f;
+#pragma unroll
+        for (int c = 0; c < KVD_MAX_CHUNKS; c++)
+            if (c < C) {
+                const __nv_bfloat162 *p2 = reinterpret_cast<const __nv_bfloat162 *>(&kr[c]);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float2 f = __bfloat1622float2(p2[e]);
+                    a += qs[8 * c + 2 * e] * f.x;
+                    a += qs[8 * c + 2 * e + 1] * f.y;
+                }
+            }
+        sc = a * scale;
+    }
+    const float mx = block_max(sc, red);
+    const float p = j < n ? __expf(sc - mx) : 0.0f;
+    const float sum = block_sum(p, red);  // its barriers also order the ps writes below after every read of red
+    ps[t] = p;
+    __syncthreads();
+    // p v over key groups (thread (g, c): dims 8c .. 8c + 7 of keys g, g + G, ...), then the groups' sums in order
+    const int G = KVD_KEYS / C, c = t % C, g = t / C, nk = min(KVD_KEYS, n - j0);
+    if (g < G) {
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll 4
+        for (int jj = g; jj < nk; jj += G) {
+            float vv[8];
+            load8_bf16(vbase + (size_t)(j0 + jj) * kstride + 8 * c, vv);
+            const float pj = ps[jj];
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[e] += pj * vv[e];
+        }
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc_s[g * hd + 8 * c + e] = acc[e];
+    }
+    __syncthreads();
+    bf16 *orow = out + ((size_t)b * H + h) * hd;
+    if (live == 1) {  // one block of keys: no partials
+        const float inv = 1.0f / sum;
+        for (int d = t; d < hd; d += KVD_KEYS) {
+            float o = 0.0f;
+            for (int gg = 0; gg < G; gg++) o += acc_s[gg * hd + d];
+            orow[d] = __float2bfloat16_rn(o * inv);
+        }
+        return;
+    }
+    float *pp = part + ((size_t)b * H + h) * splits * (hd + 2);
+    for (int d = t; d < hd; d += KVD_KEYS) {
+        float o = 0.0f;
+        for (int gg = 0; gg < G; gg++) o += acc_s[gg * hd + d];
+        pp[(size_t)split * (hd + 2) + 2 + d] = o;
+    }
+    if (t == 0) { pp[(size_t)split * (hd + 2)] = mx; pp[(size_t)split * (hd + 2) + 1] = sum; }
+    __threadfence();  // the partials are visible before the ticket is taken
+    __syncthreads();
+    if (t == 0) s_last = atomicAdd(ticket + (size_t)b * H + h, 1) == live - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    float M = -INFINITY;
+    for (int s2 = 0; s2 < live; s2++) M = fmaxf(M, __ldcg(pp + (size_t)s2 * (hd + 2)));
+    for (int d = t; d < hd; d += KVD_KEYS) {
+        float L = 0.0f, o = 0.0f;
+        for (int s2 = 0; s2 < live; s2++) {
+            const float *ps2 = pp + (size_t)s2 * (hd + 2);
+            const float wgt = __expf(__ldcg(ps2) - M);
+            L += __ldcg(ps2 + 1) * wgt;
+            o += __ldcg(ps2 + 2 + d) * wgt;
+        }
+        orow[d] = __float2bfloat16_rn(o / L);
+    }
+    if (t == 0) ticket[(size_t)b * H + h] = 0;  // every live block has taken its ticket: ready for the next call
+}
+
+// One decoding step's attention: q [B, H, hd] (T = 1) over keys 0 .. pos of each sequence's cache (the newest key and
+// value already written), out [B, H, hd]. pos = pos0, or read on the device from pos0_dev (not NULL: a graph replayed
+// at every position). A programmatic dependent launch. w from kv_decode_work_alloc(B, H, S, hd).
+static inline void kv_decode_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int B, int pos0,
+                                       const int *pos0_dev, int S, int H, int KVH, int hd, KvDecodeWork *w,
+                                       cudaStream_t stream) {
+    char err[256];
+    if (kv_attention_check(B, 1, pos0_dev ? 0 : pos0, S, H, KVH, hd, err, sizeof err)) SLLM_FATAL("%s", err);
+    if (B > w->B || H > w->H || S > w->S || hd != w->hd)
+        SLLM_FATAL("kv_decode_attention: the work space (B=%d H=%d S=%d hd=%d) is smaller than the call (B=%d H=%d S=%d "
+                   "hd=%d)", w->B, w->H, w->S, w->hd, B, H, S, hd);
+    if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) & 15) SLLM_FATAL("kv_decode_attention: q, kc, vc must be 16-byte aligned");
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = pdl_launch_config(
+        dim3((unsigned)H, (unsigned)B, (unsigned)((S + KVD_KEYS - 1) / KVD_KEYS)), dim3(KVD_KEYS), 0, 1, &attr, stream);
+    cudaCheck(cudaLaunchKernelEx(&cfg, kv_decode_attention_kernel, out, q, kc, vc, pos0, pos0_dev, S, H, KVH, hd,
+                                 1.0f / sqrtf((float)hd), w->part, w->ticket, w->splits));
 }
 
 // The new rows into the cache: kc[b, pos0 + t] = k[b, t], vc likewise (rows of KV = KVH * hd elements, KV % 8 == 0).

@@ -33,14 +33,18 @@
 
 #include <stdint.h>
 
+#include <cuda_profiler_api.h>
+
 #include "attention.cuh"
 #include "config.h"
 #include "embedding.cuh"
 #include "ffn.cuh"
+#include "gemv.cuh"
 #include "kv_attention.cuh"
 #include "matmul.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
+#include "sampler.h"
 #include "twell/ffn.cuh"
 #include "model/block.cuh"
 #include "model/weights.cuh"
@@ -66,6 +70,7 @@ typedef struct {
     int Q, KV, G, all_logits;
     InferFFN ffn;
     int pos;                 // tokens in the cache (per sequence)
+    int last_T;              // new tokens per sequence of the last call
     bf16 *params, *wdT, *kc, *vc;
     void *act_mem;
     size_t act_bytes, param_bytes, wdT_bytes, kv_bytes, twell_bytes;
@@ -74,9 +79,18 @@ typedef struct {
     unsigned long long *nnz;  // [L] dense mode counters
     uint8_t *fired;           // [L, F]
     int *tokens, *d_pos;
+    KvDecodeWork kvd;         // decoding steps' attention (kv_decode_attention), in act_mem
     int *h_tokens, *h_pos;    // pinned [N_max], [1]: staged with every call (inside the graph too)
-    float *h_logits;          // pinned, as logits: filled at the end of every call
+    float *h_logits;          // pinned, as logits: filled at the end of every call (but see greedy_dev)
+    unsigned long long *best, *h_best;  // [B] device / pinned: greedy_dev's argmax keys (core/gemv.cuh)
+    int greedy_dev;           // option (0): decoding steps on the GEMV pick the greedy token on the GPU (argmax fused
+                              // into the LM head) and copy B keys instead of B x V logits; infer_get_greedy reads them
+    int argmax_ready;         // the last call left argmax keys (h_logits not filled: infer_get_logits copies on demand)
+    int graph_argmax;         // the captured graph does (argmax_ready after each replay)
+    int graph_opts;           // use_gemv, greedy_dev, all_logits when the graph was captured (a change: capture again)
     int use_graph, calibrate; // options (infer_create sets use_graph 1, calibrate 0)
+    int use_gemv;             // option (infer_create sets 1): decoding steps of B <= GEMV_MAX_M on core/gemv.cuh
+    int step_gemv;            // the call being enqueued runs its matrix-vector products on core/gemv.cuh
     int eager_decodes;        // decoding steps run eagerly so far
     cudaGraphExec_t graph;    // the captured decoding step (NULL until captured)
     long long graph_replays;
@@ -179,19 +193,27 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
         {"nnz [L]", (void **)&m->nnz, L * 8},
         {"fired [L,F]", (void **)&m->fired, L * F},
         {"tokens [N]", (void **)&m->tokens, N * 4},
+        {"argmax keys [B]", (void **)&m->best, (size_t)B * 8},
         {"position", (void **)&m->d_pos, 16},
+        {"decode attention partials", (void **)&m->kvd.part,
+         kv_decode_work_bytes(B, H, S, cfg->head_dim) - sizeof(int) * (size_t)B * H},
+        {"decode attention tickets", (void **)&m->kvd.ticket, sizeof(int) * (size_t)B * H},
     };
     cudaError_t ae = device_bufs_alloc(spec, (int)(sizeof spec / sizeof spec[0]), &m->act_mem, &m->act_bytes);
     if (ae != cudaSuccess)
         SLLM_FATAL("infer: cannot allocate %.1f MiB of activations (%s); lower --chunk or --samples",
                    m->act_bytes / 1048576.0, cudaGetErrorString(ae));
     rope_upload_table(m->rope, S, cfg->head_dim, cfg->rope_theta);
+    m->kvd.B = B; m->kvd.H = H; m->kvd.S = S; m->kvd.hd = cfg->head_dim; m->kvd.splits = (S + KVD_KEYS - 1) / KVD_KEYS;
+    cudaCheck(cudaMemset(m->kvd.ticket, 0, sizeof(int) * (size_t)B * H));  // tickets are zero between calls
     cudaCheck(cudaMallocHost((void **)&m->h_tokens, N * sizeof(int)));
     cudaCheck(cudaMallocHost((void **)&m->h_pos, sizeof(int)));
     cudaCheck(cudaMallocHost((void **)&m->h_logits, lrows * V * sizeof(float)));
+    cudaCheck(cudaMallocHost((void **)&m->h_best, (size_t)B * sizeof(unsigned long long)));
     m->stats = (InferLayerStats *)sllm_calloc(L, sizeof(InferLayerStats));
     m->graph_delta = (InferLayerStats *)sllm_calloc(L, sizeof(InferLayerStats));
     m->use_graph = 1;
+    m->use_gemv = 1;
     if (!dense) {
         size_t before = 0, after = 0, tot = 0;
         cudaCheck(cudaMemGetInfo(&before, &tot));
@@ -232,6 +254,7 @@ static inline void infer_free(Infer *m) {
     cudaCheck(cudaFreeHost(m->h_tokens));
     cudaCheck(cudaFreeHost(m->h_pos));
     cudaCheck(cudaFreeHost(m->h_logits));
+    cudaCheck(cudaFreeHost(m->h_best));
     if (m->graph) cudaCheck(cudaGraphExecDestroy(m->graph));
     free(m->stats);
     free(m->graph_delta);
@@ -271,6 +294,33 @@ static inline void infer_reset_stats(Infer *m) {
     cudaCheck(cudaMemsetAsync(m->nnz, 0, sizeof(unsigned long long) * m->cfg.n_layer, m->stream));
 }
 
+// ---- decoding steps of B <= GEMV_MAX_M sequences on core/gemv.cuh (step_gemv) ----
+// q into m->qkv, k and v straight into layer l's cache at d_pos, RoPE on q and k: one kernel.
+static inline void infer_qkv_gemv(Infer *m, const BlockShape *bs, const LayerWeights *w, const GemvIn &in, bf16 *kc,
+                                  bf16 *vc, int N) {
+    GemvQKVRopeOp op;
+    const bool mha = bs->Q == bs->KV;  // MHA: Wk, Wv follow Wq L * Q * D elements apart (block_qkv_rope)
+    op.wq = w->wq;
+    op.wk = mha ? w->wq + (size_t)bs->L * bs->Q * bs->D : w->wk;
+    op.wv = mha ? w->wq + 2 * (size_t)bs->L * bs->Q * bs->D : w->wv;
+    op.q = m->qkv; op.kc = kc; op.vc = vc; op.rope = m->rope; op.pos = m->d_pos;
+    op.Q = bs->Q; op.KV = bs->KV; op.hd = bs->hd; op.S = m->S; op.K = bs->D;
+    gemv_launch(op, in, N, bs->D, (bs->Q + 2 * bs->KV) / 2, m->stream);
+}
+// The dense FFN of one decoding step on the input rows `in` (ln, or the fused residual add + norm): h [N, F]
+// (scratch) = relu(g) * u with the counters, then y = h Wd^T.
+static inline void infer_ffn_dense_gemv(Infer *m, const BlockShape *bs, const LayerWeights *w, const GemvIn &in,
+                                        bf16 *h, int N, unsigned long long *nnz, uint8_t *fired) {
+    if (bs->gated) {
+        GemvFFNUpOp<true> op = {w->wg, w->wu, h, bs->F, bs->D, nnz, fired};
+        gemv_launch(op, in, N, bs->D, bs->F, m->stream);
+    } else {
+        GemvFFNUpOp<false> op = {NULL, w->wu, h, bs->F, bs->D, nnz, fired};
+        gemv_launch(op, in, N, bs->D, bs->F, m->stream);
+    }
+    gemv_rows(m->y, gemv_in(h), w->wd, N, bs->D, bs->F, m->stream);
+}
+
 // The FFN of layer l on ln [N, D] -> y [N, D].
 static inline void infer_ffn(Infer *m, const BlockShape *bs, const LayerWeights *w, int l, int N) {
     const int D = bs->D, F = bs->F;
@@ -306,7 +356,8 @@ static inline void infer_ffn(Infer *m, const BlockShape *bs, const LayerWeights 
             unsigned long long *cnt = twell_ffn_count_begin(ws, capturing, 1, s);
             const FFNStats fs = {m->l1_part, cnt, m->fired + (size_t)l * F};
             const int cr = ws->dense.chunk_rows;
-            for (int r0 = 0; r0 < N; r0 += cr) {
+            if (m->step_gemv) infer_ffn_dense_gemv(m, bs, w, gemv_in(m->ln), ws->dense.g, N, fs.nnz, fs.fired);
+            else for (int r0 = 0; r0 < N; r0 += cr) {
                 const int rows = N - r0 < cr ? N - r0 : cr;
                 block_ffn_dense(&m->mm, bs, w, m->y + (size_t)r0 * D, ws->dense.g, ws->dense.g, m->ln + (size_t)r0 * D,
                                 rows, &fs, NULL, s);
@@ -354,26 +405,70 @@ static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
     cudaCheck(cudaMemcpyAsync(m->tokens, m->h_tokens, sizeof(int) * N, cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(m->d_pos, m->h_pos, sizeof(int), cudaMemcpyHostToDevice, s));
     const float eps = c->norm_eps;
+    m->argmax_ready = 0;
     const size_t layer_kv = (size_t)B * S * KV;
     embedding_forward(m->x, m->tokens, infer_w(m, PARAM_EMBED, 0), N, D, s);
-    rmsnorm_forward(m->ln, m->rstd, m->x, infer_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
     const BlockShape bs = block_shape(c);
+    // A decoding step of a few sequences runs its products on core/gemv.cuh, bound by the weights' bytes: q, k, v
+    // with RoPE and the cache write in one kernel, the dense FFN's h in one, and each block's residual add + norm
+    // inside the product that reads it (the previous layer's x = xm + y and its norm in the q/k/v kernel, xm = x + y
+    // and its norm in the FFN's up kernel (dense mode), the final ones in the LM head), so ln and lnf stay unwritten.
+    const int gemv = m->use_gemv && T == 1 && !first_chunk && gemv_fits(N, D, m->ln) &&
+                     gemv_fits(N, Q, m->att) && gemv_fits(N, c->d_ff, m->ln) && D % 2 == 0 && V % 2 == 0;
+    m->step_gemv = gemv;
+    if (gemv && m->greedy_dev) cudaCheck(cudaMemsetAsync(m->best, 0, sizeof(unsigned long long) * B, s));
+    if (!gemv) rmsnorm_forward(m->ln, m->rstd, m->x, infer_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
     for (int l = 0; l < L; l++) {
         const LayerWeights w = layer_weights(m->params, &m->lay, c, l);
         bf16 *q = m->qkv, *k = q + (size_t)N * Q, *v = k + (size_t)N * KV;
-        block_qkv_rope(&m->mm, &bs, &w, q, k, v, m->ln, m->rope, N, T, m->d_pos, s);
         bf16 *kc = m->kc + (size_t)l * layer_kv, *vc = m->vc + (size_t)l * layer_kv;
-        kv_cache_write(kc, vc, k, v, B, T, 0, m->d_pos, S, KV, s);
+        if (gemv) {
+            // layer 0: norm(x); later layers: x = xm + y of the layer before, then its norm
+            const GemvIn in = {l == 0 ? m->x : m->xm, l == 0 ? NULL : m->y, w.attn_norm, l == 0 ? NULL : m->x, eps};
+            infer_qkv_gemv(m, &bs, &w, in, kc, vc, N);
+        } else {
+            block_qkv_rope(&m->mm, &bs, &w, q, k, v, m->ln, m->rope, N, T, m->d_pos, s);
+            kv_cache_write(kc, vc, k, v, B, T, 0, m->d_pos, S, KV, s);
+        }
         if (first_chunk) attention_forward(m->att, m->lse, q, k, v, B, T, H, KVH, hd, s);
+        else if (T == 1) kv_decode_attention(m->att, q, kc, vc, B, 0, m->d_pos, S, H, KVH, hd, &m->kvd, s);
         else kv_attention(m->att, q, kc, vc, B, T, 0, m->d_pos, S, H, KVH, hd, s);
-        block_attn_out(&m->mm, &bs, &w, m->xm, m->ln, m->rstd, m->x, m->y, m->att, N, s);
-        infer_ffn(m, &bs, &w, l, N);
-        block_ffn_out(&bs, &w, m->x, l + 1 < L ? m->ln : m->lnf, m->rstd, m->xm, m->y, N, s);
+        if (gemv) {
+            gemv_rows(m->y, gemv_in(m->att), w.wo, N, D, Q, s);
+            if (m->ffn == INFER_FFN_DENSE) {  // xm = x + y and its norm inside the FFN's up kernel
+                const GemvIn in = {m->x, m->y, w.ffn_norm, m->xm, eps};
+                infer_ffn_dense_gemv(m, &bs, &w, in, m->h, N, m->nnz + l, m->fired + (size_t)l * bs.F);
+                m->stats[l].nnz_rows += N;
+            } else if (m->ffn == INFER_FFN_SPARSE && N <= m->ws[l].decode_rows && m->ws[l].dec_gate_warps == 0) {
+                // the decode path's GEMV gate computes xm = x + y and its norm itself
+                const GemvIn in = {m->x, m->y, w.ffn_norm, m->xm, eps};
+                m->ws[l].dec_in = in;
+                infer_ffn(m, &bs, &w, l, N);
+                memset(&m->ws[l].dec_in, 0, sizeof(GemvIn));
+            } else {
+                fused_residual_rmsnorm_forward(m->xm, m->ln, m->rstd, m->x, m->y, w.ffn_norm, N, D, bs.eps, s);
+                infer_ffn(m, &bs, &w, l, N);
+            }
+        } else {
+            block_attn_out(&m->mm, &bs, &w, m->xm, m->ln, m->rstd, m->x, m->y, m->att, N, s);
+            infer_ffn(m, &bs, &w, l, N);
+            block_ffn_out(&bs, &w, m->x, l + 1 < L ? m->ln : m->lnf, m->rstd, m->xm, m->y, N, s);
+        }
     }
     // tied LM head, fp32 logits, then to the host
     const bf16 *E = infer_w(m, PARAM_EMBED, 0);
     int rows = B;
-    if (m->all_logits) {
+    if (gemv) {  // T = 1: x = xm + y of the last layer, its final norm, the logits (every row a last row)
+        const GemvIn in = {m->xm, m->y, infer_w(m, PARAM_FINAL_NORM, 0), m->x, eps};
+        if (m->greedy_dev) {  // the greedy token on the GPU: B keys to the host instead of B x V logits
+            const GemvLogitsArgmaxOp op = {E, m->logits, m->best, V, D, B};
+            gemv_launch(op, in, B, D, V / 2, s);
+            cudaCheck(cudaMemcpyAsync(m->h_best, m->best, sizeof(unsigned long long) * B, cudaMemcpyDeviceToHost, s));
+            m->argmax_ready = 1;
+            return;
+        }
+        gemv_rows(m->logits, in, E, B, V, D, s);
+    } else if (m->all_logits) {
         rows = N;
         matmul(&m->mm, m->logits, 1, m->lnf, 0, E, 1, N, V, D, 1.0f, 0.0f, s);
     } else {
@@ -388,6 +483,7 @@ static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
 // Leaves the logits (fp32) of each sequence's last new row (all_logits: of every row) for infer_get_logits and
 // advances pos. Asynchronous on m->stream except for the TwELL tile path's count read-back.
 static inline void infer_forward(Infer *m, const int *tokens, int T) {
+    m->last_T = T;
     infer_stage(m, tokens, T);
     infer_enqueue(m, T, m->pos == 0);
     m->pos += T;
@@ -408,6 +504,12 @@ static inline void infer_decode(Infer *m, const int *tokens) {
         return;
     }
     infer_stage(m, tokens, 1);
+    m->last_T = 1;
+    const int opts = m->use_gemv | m->greedy_dev << 1 | m->all_logits << 2;
+    if (m->graph && m->graph_opts != opts) {  // an option the captured step depends on changed: capture again
+        cudaCheck(cudaGraphExecDestroy(m->graph));
+        m->graph = NULL;
+    }
     if (!m->graph) {
         InferLayerStats *before = (InferLayerStats *)sllm_malloc(sizeof(InferLayerStats) * L);
         memcpy(before, m->stats, sizeof(InferLayerStats) * L);
@@ -423,11 +525,40 @@ static inline void infer_decode(Infer *m, const int *tokens) {
         }
         memcpy(m->stats, before, sizeof(InferLayerStats) * L);
         free(before);
+        m->graph_argmax = m->argmax_ready;
+        m->graph_opts = opts;
     }
     cudaCheck(cudaGraphLaunch(m->graph, m->stream));
+    m->argmax_ready = m->graph_argmax;
     m->graph_replays++;
     for (int l = 0; l < L; l++) infer_stats_add(&m->stats[l], &m->graph_delta[l], 1);
     m->pos += 1;
+}
+
+// GPU time of one decoding step: the captured graph replayed `reps` times back to back at the current position (each
+// replay writes the same cache row again), ms per replay from events; -1 when no graph was captured. The host work of a
+// step (staging, logits read-back, sampling) is not in it. The first replay is bracketed by cudaProfilerStart/Stop, so
+// `ncu --profile-from-start off` sees exactly one decoding step. A benchmark helper: the replays add to the device-side
+// FFN counters, so call it after the statistics have been read.
+static inline double infer_decode_graph_ms(Infer *m, int reps) {
+    if (!m->graph || reps < 1) return -1.0;
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaProfilerStart());
+    cudaCheck(cudaGraphLaunch(m->graph, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaProfilerStop());
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    cudaCheck(cudaEventRecord(e0, m->stream));
+    for (int i = 0; i < reps; i++) cudaCheck(cudaGraphLaunch(m->graph, m->stream));
+    cudaCheck(cudaEventRecord(e1, m->stream));
+    cudaCheck(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    return (double)ms / reps;
 }
 
 // A prompt of P tokens per sequence (prompts [B * P], row b * P + t), run in chunks of at most m->chunk tokens.
@@ -444,7 +575,18 @@ static inline void infer_prefill(Infer *m, const int *prompts, int P) {
 // The logits of the last call on the host: [B, V] ([B*T, V] with all_logits: `rows` rows).
 static inline void infer_get_logits(Infer *m, float *host, int rows) {
     cudaCheck(cudaStreamSynchronize(m->stream));
-    memcpy(host, m->h_logits, sizeof(float) * (size_t)rows * m->cfg.vocab_size);
+    if (m->argmax_ready)  // the call copied argmax keys only: the logits are still on the device
+        cudaCheck(cudaMemcpy(host, m->logits, sizeof(float) * (size_t)rows * m->cfg.vocab_size, cudaMemcpyDeviceToHost));
+    else memcpy(host, m->h_logits, sizeof(float) * (size_t)rows * m->cfg.vocab_size);
+}
+// The greedy token of each sequence after the last call (tokens [B]): the first index of the maximum logit, NaN never
+// winning (core/sampler.h's sampler_argmax), from the GPU's argmax keys when the call left them, else on the host.
+static inline void infer_get_greedy(Infer *m, int *tokens) {
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    const int V = m->cfg.vocab_size, T = m->all_logits ? m->last_T : 1;  // all_logits: sequence b's last row
+    for (int b = 0; b < m->B; b++)
+        tokens[b] = m->argmax_ready ? gemv_argmax_index(m->h_best[b])
+                                    : sampler_argmax(m->h_logits + ((size_t)b * T + T - 1) * V, V);
 }
 
 // Per-layer FFN report (paths taken, overflow rows, active gates per token where measured).

@@ -38,6 +38,7 @@
 #define SLLM_TWELL_DECODE_CUH
 
 #include "cuda_common.cuh"
+#include "gemv.cuh"
 #include "tc_utils.cuh"
 #include "twell/format.h"
 #include "twell/dispatch.h"  // twell_decode_gate_tiles
@@ -326,16 +327,7 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
 // layer as a graph, 1.7-3.2 eagerly (H200).
 static inline cudaLaunchConfig_t twell_decode_launch_config(dim3 grid, int block, int pdl, cudaLaunchAttribute *attr,
                                                             cudaStream_t stream) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(block);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr->val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cfg;
+    return pdl_launch_config(grid, dim3(block), 0, pdl, attr, stream);
 }
 // Split-K warps per gate CTA for M rows: 8 at up to 32 rows (twice the warps per SM: the gate waits on memory with
 // ~10.7 warps per SM; with 8, the gate and its up take 0.4 us less at M 1, 1.6-2.4 less at M 16-32),
@@ -370,12 +362,103 @@ static inline void twell_decode_down(const bf16 *WdT, const int *cnt, const uint
     cudaCheck(cudaLaunchKernelEx(&cfg, twell_decode_down_kernel, WdT, cnt, ent, Y, D, F));
 }
 
+// ---- 1b. gate and up at M <= GEMV_MAX_M rows on the decoding GEMV (core/gemv.cuh) ----
+// The same outputs as twell_decode_gate_kernel with lists, bit for bit when the pre-activations are exact: each warp
+// streams two W1 rows (units 2w, 2w + 1 of the CTA's 16-unit group) with the weights loaded before the wait, then
+// g = bf16(relu(sum)) to g [M, F]; for a unit active in some row the warp reads its Wu row and h = bf16(g * bf16(x .
+// Wu)) (each lane sums its chunks in increasing order, then the butterfly: twell_decode_gate_kernel's order); the
+// CTA then writes its group's lists row by row in unit order and adds its count to *nnz. At one to four rows this
+// streams W1 at the GEMV's rate (the mma gate splits D over 8 warps per 16 units and reads at ~1.6 TB/s on an H100).
+struct TwellDecodeGemvGateOp {
+    static constexpr int R = 2;
+    static constexpr bool COUNTS = true;
+    static constexpr int SMEM_FLOATS = 2 * GEMV_MAX_M * TWELL_DEC_GROUP;  // g, then h, of the group's units per row
+    const bf16 *w1, *wu;  // wu NULL: non-gated (h = g)
+    bf16 *g;
+    int *cnt;
+    uint2 *ent;
+    unsigned long long *nnz;
+    int F, K, M;
+    __device__ const bf16 *row(int u, int r) const { return w1 + (size_t)(2 * u + r) * K; }
+    template <int MM>
+    __device__ int store(int u, int lane, const float (&acc)[MM][R], const uint4 *xs, int KC, float *sm) const {
+        float gv[MM][R];
+        int on = 0;
+#pragma unroll
+        for (int m = 0; m < MM; m++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                gv[m][r] = round_bf16(acc[m][r] > 0.0f ? acc[m][r] : 0.0f);
+                on += gv[m][r] > 0.0f;
+                if (lane == 0) g[(size_t)m * F + 2 * u + r] = __float2bfloat16_rn(gv[m][r]);
+            }
+        const int j0 = (2 * u) % TWELL_DEC_GROUP;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            bool any = false;
+#pragma unroll
+            for (int m = 0; m < MM; m++) any |= gv[m][r] > 0.0f;
+            float hv[MM];
+#pragma unroll
+            for (int m = 0; m < MM; m++) hv[m] = gv[m][r];
+            if (wu && any) {  // warp-uniform
+                const uint4 *wrow = reinterpret_cast<const uint4 *>(wu + (size_t)(2 * u + r) * K);
+                float d[MM];
+#pragma unroll
+                for (int m = 0; m < MM; m++) d[m] = 0.0f;
+                for (int c0 = lane; c0 < KC; c0 += 32 * GEMV_U) {
+                    uint4 w[GEMV_U];
+#pragma unroll
+                    for (int i = 0; i < GEMV_U; i++) {
+                        const int c = c0 + 32 * i;
+                        w[i] = c < KC ? __ldg(wrow + c) : make_uint4(0u, 0u, 0u, 0u);
+                    }
+#pragma unroll
+                    for (int i = 0; i < GEMV_U; i++) {
+                        const int c = c0 + 32 * i;
+                        if (c < KC)
+#pragma unroll
+                            for (int m = 0; m < MM; m++) d[m] = gemv_dot8(xs[m * KC + c], w[i], d[m]);
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < MM; m++) {
+                    d[m] = warp_sum(d[m]);
+                    hv[m] = round_bf16(gv[m][r] * round_bf16(d[m]));
+                }
+            }
+            if (lane == 0)
+#pragma unroll
+                for (int m = 0; m < MM; m++) {
+                    sm[m * TWELL_DEC_GROUP + j0 + r] = gv[m][r];
+                    sm[(GEMV_MAX_M + m) * TWELL_DEC_GROUP + j0 + r] = hv[m];
+                }
+        }
+        return on;
+    }
+    __device__ void finish(int total, float *sm) const {
+        const int group = blockIdx.x, groups = F / TWELL_DEC_GROUP, m = threadIdx.x;
+        if (m < M) {
+            int k = 0;
+            for (int j = 0; j < TWELL_DEC_GROUP; j++)
+                if (sm[m * TWELL_DEC_GROUP + j] > 0.0f)
+                    ent[(size_t)m * F + group * TWELL_DEC_GROUP + k++] = make_uint2(
+                        (uint32_t)(group * TWELL_DEC_GROUP + j), __float_as_uint(sm[(GEMV_MAX_M + m) * TWELL_DEC_GROUP + j]));
+            cnt[(size_t)m * groups + group] = k;
+        }
+        if (threadIdx.x == 0 && nnz && total) atomicAdd(nnz, (unsigned long long)total);
+    }
+};
+static_assert(2 * GEMV_WARPS == TWELL_DEC_GROUP, "a GEMV CTA is one list group");
+
 // Launches the decode path on `stream`. Wg may be NULL when !gated (then Wu is the gate-and-up weight). nnz (may be
-// NULL): device counter the active gates are ADDED to. pdl: programmatic dependent launches (see above). Returns
+// NULL): device counter the active gates are ADDED to. in (may be NULL; M <= GEMV_MAX_M, gate_warps 0): the input
+// rows through core/gemv.cuh's fused residual add + norm instead of X. pdl: programmatic dependent launches (see above). Returns
 // TWELL_OK, or TWELL_ERR_SHAPE / TWELL_ERR_ARG with a message naming the constraint (nothing launched).
 static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16 *Wu, const bf16 *WdT, bf16 *Y, int M,
                                        int D, int F, int gated, bf16 *g, int *cnt, uint2 *ent,
-                                       unsigned long long *nnz, int pdl, cudaStream_t stream, int gate_warps = 0) {
+                                       unsigned long long *nnz, int pdl, cudaStream_t stream, int gate_warps = 0,
+                                       const GemvIn *in = NULL) {
     if (M < 1 || M > TWELL_DECODE_MAX_M) {
         fprintf(stderr, "error: twell_decode_forward: M=%d must be in [1, %d]\n", M, TWELL_DECODE_MAX_M);
         return TWELL_ERR_SHAPE;
@@ -399,7 +482,16 @@ static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16
         fprintf(stderr, "error: twell_decode_forward: pointers must be 16-byte aligned\n");
         return TWELL_ERR_ARG;
     }
-    twell_decode_gate_up(X, W1, gated ? Wu : NULL, g, cnt, ent, M, D, F, nnz, 1, pdl, stream, gate_warps);
+    const bool gemv_gate = M <= GEMV_MAX_M && gate_warps == 0 && gemv_fits(M, D, in ? in->a : X);
+    if (in && !gemv_gate) {
+        fprintf(stderr, "error: twell_decode_forward: a fused input needs the GEMV gate (M=%d <= %d rows, gate_warps 0)\n",
+                M, GEMV_MAX_M);
+        return TWELL_ERR_ARG;
+    }
+    if (gemv_gate) {  // one to four rows: the GEMV gate
+        const TwellDecodeGemvGateOp op = {W1, gated ? Wu : NULL, g, cnt, ent, nnz, F, D, M};
+        gemv_launch(op, in ? *in : gemv_in(X), M, D, F / 2, stream);
+    } else twell_decode_gate_up(X, W1, gated ? Wu : NULL, g, cnt, ent, M, D, F, nnz, 1, pdl, stream, gate_warps);
     twell_decode_down(WdT, cnt, ent, Y, M, D, F, pdl, stream);
     return TWELL_OK;
 }

@@ -100,6 +100,10 @@ typedef struct TwellFFNWorkspaceTag {
     int decode_rows, dec_alloc_rows;
     int dec_pdl;  // 1 (default): its kernels are programmatic dependent launches (twell_ffn_set_decode_pdl)
     int dec_gate_warps;  // split-K warps per gate CTA: 0 = twell_decode_gate_warps(M), else 4 or 8 (4 at M > 32)
+    // dec_in.gain != NULL (set by the caller around one call, model/infer_engine.cuh): the decode path's GEMV gate
+    // (M <= GEMV_MAX_M) computes its input rows itself, X = rmsnorm(dec_in.a + dec_in.b) (core/gemv.cuh's GemvIn: the
+    // block's residual add and norm fused), and X is not read. Only for calls that take the decode path.
+    GemvIn dec_in;
     bf16 *dec_g;
     int *dec_cnt;
     uint2 *dec_ent;
@@ -220,6 +224,7 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     ws->decode_rows = ws->dec_alloc_rows;
     ws->dec_pdl = 1;
     ws->dec_gate_warps = 0;
+    memset(&ws->dec_in, 0, sizeof ws->dec_in);
     const size_t dr = (size_t)ws->dec_alloc_rows;
     cudaCheck(cudaMalloc(&ws->dec_g, sizeof(bf16) * dr * F));
     cudaCheck(cudaMalloc(&ws->dec_cnt, sizeof(int) * dr * (F / TWELL_DEC_GROUP)));
@@ -537,9 +542,15 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     // estimate is the count of the newest call whose copy was issued.
     const int no_sync = path == TWELL_PATH_DENSE || decode;
     unsigned long long *async_nnz = no_sync ? twell_ffn_count_begin(ws, capturing, path == TWELL_PATH_DENSE, stream) : NULL;
+    if (ws->dec_in.gain && !(path == TWELL_PATH_SPARSE && decode)) {
+        fprintf(stderr, "error: twell_ffn_forward: a fused input (dec_in) needs the decode path (M=%d, decode_rows=%d)\n",
+                M, ws->decode_rows);
+        return TWELL_ERR_ARG;
+    }
     if (path == TWELL_PATH_SPARSE && decode) {
         int e = twell_decode_forward(X, Wg, Wu, WdT, Y, M, ws->D, ws->F, ws->gated, ws->dec_g, ws->dec_cnt,
-                                     ws->dec_ent, async_nnz, ws->dec_pdl, stream, ws->dec_gate_warps);
+                                     ws->dec_ent, async_nnz, ws->dec_pdl, stream, ws->dec_gate_warps,
+                                     ws->dec_in.gain ? &ws->dec_in : NULL);
         if (e) return e;
         r.path = TWELL_PATH_SPARSE;
         r.decode = 1;

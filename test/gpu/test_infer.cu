@@ -2,14 +2,17 @@
 //
 // 1. kv_attention (core/kv_attention.cuh) against a float64 attention over the cache: decode rows (T = 1) and prefill
 //    chunks after the first (T > 1, causal inside the chunk), GQA, head dims 24 / 32 / 64 / 128, one key, ~3000
-//    keys; fresh random inputs; the output poisoned (NaN) first. Relative error < 1e-2 (bf16 output: ~2e-3).
+//    keys; fresh random inputs; the output poisoned (NaN) first. Relative error < 1e-2 (bf16 output: ~2e-3). At T = 1
+//    also kv_decode_attention (keys split in blocks of 128 over CTAs: one block, several, 32, partial blocks): the
+//    reference, the same bits twice (host and device position), its tickets back at zero.
 // 2. rope_forward_qk_at (row positions pos0 + t, pos0 given on the host or read on the device) gives the same bits as
 //    the training RoPE over whole sequences. kv_attention with the position on the device: the same bits as given.
 // 3. The whole engine against the float64 CPU model (model/ref_model.h) on the same bf16-rounded weights: B = 2
 //    sequences of 40 tokens, fed as prompt chunks of <= 8 tokens (the first through the training attention, later
 //    ones through the cache) and then one token at a time (decoding). Every call's logits (every row) must match
 //    the reference logits of the same positions to 2e-2 relative (test_train's tolerance for the trainer's logits:
-//    bf16 activations, ~10 roundings per layer). Run for the dense FFN, the TwELL FFN (sparse: the decode path at
+//    bf16 activations, ~10 roundings per layer). Decoding steps (B = 2 <= GEMV_MAX_M) run their products on
+//    core/gemv.cuh, and once more on cuBLASLt (use_gemv = 0, the path of more sequences). Run for the dense FFN, the TwELL FFN (sparse: the decode path at
 //    these row counts), the TwELL tile path (decode path off: with random weights every row overflows its tiles and
 //    goes to the counted dense fallback) and AUTO; gated MHA and non-gated GQA. The sparse runs must report their
 //    paths (decode calls, tile calls with overflow rows counted).
@@ -104,6 +107,33 @@ static int check_kv_attention(int B, int T, int pos0, int S, int H, int KVH, int
     int fail = !(e < 1e-2) || !same_dev;
     printf("  kv_attention B=%d T=%d pos0=%d S=%d H=%d KVH=%d hd=%d: rel err %.3e, device position %s%s\n", B, T, pos0,
            S, H, KVH, hd, e, same_dev ? "same bits" : "DIFFERS", fail ? "  <-- FAIL" : "");
+    if (T == 1) {  // the decoding kernel (keys split over CTAs): the reference, twice the same bits, device position
+        KvDecodeWork w;
+        kv_decode_work_alloc(&w, B, H, S, hd);
+        bf16 *o1 = (bf16 *)sllm_malloc(nq * 2), *o2 = (bf16 *)sllm_malloc(nq * 2);
+        cudaCheck(cudaMalloc(&dpos, sizeof(int)));
+        cudaCheck(cudaMemcpy(dpos, &pos0, sizeof(int), cudaMemcpyHostToDevice));
+        for (int rep = 0; rep < 2; rep++) {
+            cudaCheck(cudaMemset(dout, 0xff, nq * 2));
+            kv_decode_attention(dout, dq, dk, dv, B, rep ? 0 : pos0, rep ? dpos : NULL, S, H, KVH, hd, &w, 0);
+            cudaCheck(cudaDeviceSynchronize());
+            cudaCheck(cudaMemcpy(rep ? o2 : o1, dout, nq * 2, cudaMemcpyDeviceToHost));
+        }
+        for (size_t i = 0; i < nq; i++) got[i] = __bfloat162float(o1[i]);
+        const double e2 = rel_err_f32(got, ref, nq);
+        const int same = memcmp(o1, o2, nq * 2) == 0;
+        int tickets_zero = 1, tk[64];
+        cudaCheck(cudaMemcpy(tk, w.ticket, sizeof(int) * B * H, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < B * H; i++) tickets_zero &= tk[i] == 0;
+        const int f2 = !(e2 < 1e-2) || !same || !tickets_zero;
+        printf("  kv_decode_attention (%d key blocks): rel err %.3e, again with the device position: %s, tickets %s%s\n",
+               (pos0 + KVD_KEYS) / KVD_KEYS, e2, same ? "same bits" : "DIFFER", tickets_zero ? "reset" : "NOT RESET",
+               f2 ? "  <-- FAIL" : "");
+        fail |= f2;
+        cudaCheck(cudaFree(dpos));
+        kv_decode_work_free(&w);
+        free(o1); free(o2);
+    }
     cudaCheck(cudaFree(dq)); cudaCheck(cudaFree(dk)); cudaCheck(cudaFree(dv)); cudaCheck(cudaFree(dout));
     free(hq); free(hk); free(hv); free(ho); free(ref); free(sc); free(got);
     return fail;
@@ -118,6 +148,10 @@ static void test_kv_attention(void **state) {
     f += check_kv_attention(3, 3, 10, 20, 6, 3, 24);      // hd 24 (3 chunks of 8: idle threads), odd sizes
     f += check_kv_attention(1, 2, 3000, 3100, 2, 1, 32);  // ~3000 keys (more shared memory than the default 48 KB)
     f += check_kv_attention(2, 1, 129, 131, 32, 32, 64);  // the paper's heads, just past one pass of 128 threads
+    f += check_kv_attention(1, 1, 127, 300, 32, 32, 64);  // decoding: exactly one block of 128 keys
+    f += check_kv_attention(2, 1, 383, 384, 32, 8, 64);   // three full blocks, GQA, the last cache position
+    f += check_kv_attention(1, 1, 4000, 4096, 2, 1, 128); // 32 blocks, hd 128
+    f += check_kv_attention(2, 1, 200, 256, 6, 3, 24);    // hd 24, a partial second block
     assert_int_equal(f, 0);
     // argument checks
     char err[256];
@@ -199,9 +233,10 @@ static void tiny_config(ModelConfig *c, int gated, int V, int D, int L, int H, i
     c->d_ff = F; c->max_seq = T; c->gated = gated;
 }
 
-typedef enum { RUN_DENSE, RUN_SPARSE, RUN_TILE, RUN_AUTO } RunKind;
+typedef enum { RUN_DENSE, RUN_DENSE_CUBLAS, RUN_SPARSE, RUN_TILE, RUN_AUTO } RunKind;
 static const char *run_name(RunKind k) {
-    return k == RUN_DENSE ? "dense" : k == RUN_SPARSE ? "sparse" : k == RUN_TILE ? "sparse, tile path" : "auto";
+    return k == RUN_DENSE ? "dense" : k == RUN_DENSE_CUBLAS ? "dense, no GEMV" : k == RUN_SPARSE ? "sparse"
+         : k == RUN_TILE ? "sparse, tile path" : "auto";
 }
 
 // Feeds the sequences in the given steps (tokens per sequence per call) from an empty cache; the logits of every call
@@ -234,9 +269,9 @@ static int run_engine(const ModelConfig *c, const float *pf, const int *tok, con
                       RunKind kind, const int *steps, int nsteps) {
     const int V = c->vocab_size, chunk = 8;
     Infer m;
-    infer_create(&m, c, B, T, chunk, kind == RUN_DENSE ? INFER_FFN_DENSE : kind == RUN_AUTO ? INFER_FFN_AUTO
-                                                                                               : INFER_FFN_SPARSE,
-                 1, 0);
+    const int dense = kind == RUN_DENSE || kind == RUN_DENSE_CUBLAS;
+    infer_create(&m, c, B, T, chunk, dense ? INFER_FFN_DENSE : kind == RUN_AUTO ? INFER_FFN_AUTO : INFER_FFN_SPARSE, 1, 0);
+    m.use_gemv = kind != RUN_DENSE_CUBLAS;  // decoding steps on core/gemv.cuh (B <= GEMV_MAX_M) or on cuBLASLt
     infer_set_params(&m, pf);
     if (kind == RUN_TILE)
         for (int l = 0; l < c->n_layer; l++) assert_int_equal(twell_ffn_set_decode_rows(&m.ws[l], 0), 0);
@@ -288,6 +323,45 @@ static int run_engine(const ModelConfig *c, const float *pf, const int *tok, con
             failures++;
         }
     }
+    // greedy_dev: the decoding steps pick the greedy token on the GPU (argmax fused into the LM head). The tokens must
+    // be the host sampler's argmax of the same logits, and the logits the same bits as without it.
+    if (kind == RUN_DENSE || kind == RUN_SPARSE) {
+        m.greedy_dev = 1;
+        int *buf = (int *)sllm_malloc((size_t)B * 4), *got = (int *)sllm_malloc((size_t)B * 4);
+        float *row = (float *)sllm_malloc((size_t)B * V * 4);
+        int checked = 0, bad = 0, differ = 0;
+        long long replays0 = m.graph_replays;
+        infer_reset(&m);
+        size_t off = 0;
+        int pos = 0;
+        for (int st = 0; st < nsteps; st++) {
+            const int Tn = steps[st];
+            if (Tn == 1 && pos > 0) {
+                for (int b = 0; b < B; b++) buf[b] = tok[b * T + pos];
+                infer_decode(&m, buf);
+                infer_get_greedy(&m, got);
+                infer_get_logits(&m, row, B);
+                checked += m.argmax_ready;
+                for (int b = 0; b < B; b++) bad += got[b] != sampler_argmax(row + (size_t)b * V, V);
+                for (int b = 0; b < B; b++) differ += memcmp(row + (size_t)b * V, lg2 + off + (size_t)b * V, 4 * V) != 0;
+            } else {
+                int *chunk = (int *)sllm_malloc((size_t)B * Tn * 4);
+                for (int b = 0; b < B; b++)
+                    for (int t = 0; t < Tn; t++) chunk[b * Tn + t] = tok[b * T + pos + t];
+                infer_forward(&m, chunk, Tn);
+                cudaCheck(cudaStreamSynchronize(m.stream));
+                free(chunk);
+            }
+            off += (size_t)B * Tn * V;
+            pos += Tn;
+        }
+        const int ok = checked > 0 && bad == 0 && differ == 0 && m.graph_replays > replays0;
+        printf("  %-18s greedy on the GPU: %d steps with argmax keys, %d tokens differ from the host argmax, logits "
+               "%s, %lld graph replays%s\n", run_name(kind), checked, bad, differ ? "DIFFER" : "bit-identical",
+               m.graph_replays - replays0, ok ? "" : "  <-- FAIL");
+        if (!ok) failures++;
+        free(buf); free(got); free(row);
+    }
     free(lg); free(lg2); free(rr);
     infer_free(&m);
     return failures;
@@ -314,8 +388,8 @@ static int compare_engine(const ModelConfig *c, int B, int T) {
     for (int i = 0; i < 4; i++) { steps[ns++] = pre[i]; p += pre[i]; }
     while (p < T) { steps[ns++] = 1; p++; }
     int f = 0;
-    const RunKind kinds[4] = {RUN_DENSE, RUN_SPARSE, RUN_TILE, RUN_AUTO};
-    for (int k = 0; k < 4; k++) f += run_engine(c, pf, tok, ref, B, T, kinds[k], steps, ns);
+    const RunKind kinds[5] = {RUN_DENSE, RUN_DENSE_CUBLAS, RUN_SPARSE, RUN_TILE, RUN_AUTO};
+    for (int k = 0; k < 5; k++) f += run_engine(c, pf, tok, ref, B, T, kinds[k], steps, ns);
     free(pf); free(tok); free(tgt); free(ref);
     ref_model_free(&rm);
     return f;

@@ -21,6 +21,13 @@
 // first runs eagerly: cuBLASLt plans, the dispatch's first count); under capture twell_ffn_forward decides each layer's
 // path with its graph model (twell/ffn.cuh), and that choice stays for the graph's life. Graphs are used when no FFN call
 // of a step can need a host sync: the dense mode, or B <= the TwELL decode path's rows (64).
+// Decoding steps of B <= GEMV_MAX_M (4) sequences run on core/gemv.cuh (infer_enqueue, step_gemv): per layer the
+// q/k/v kernel (the previous layer's residual add and this layer's norm in its prologue, RoPE and the cache write in
+// its epilogue), kv_decode_attention (keys split over CTAs), Wo, the FFN (dense: the up kernel with the residual add
+// and norm inside, writing h, then the down; sparse: the TwELL decode path, its gate on the GEMV), then the LM head with
+// the final norm and, with greedy_dev, the greedy pick. Each kernel loads its first weights before waiting for the one
+// before it (programmatic dependent launches), so the weights stream across kernel boundaries: a step takes ~1.5x
+// the time to read the weights once (dev/RESULTS.md).
 // AUTO calibration (calibrate = 1): the first call of a layer with >= INFER_CALIBRATE_MIN_ROWS rows fits that layer's
 // tile-path dispatch model on its own input (twell_ffn_calibrate; where every active unit is in an overflow row there
 // is nothing to fit and the measured sparse / dense ratio decides): the built-in model is fitted at D 2048, F 5632,

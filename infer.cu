@@ -103,32 +103,6 @@ static std::vector<int> parse_ids(const char *s, int V) {
 
 typedef struct { double prefill_ms, decode_ms; int steps; } RunTimes;
 
-// Device-to-device copy bandwidth in bytes/s, counting the bytes read and the bytes written (what HBM moves): one
-// 512 MiB buffer copied 10 times after a warm-up copy, timed with events. The yardstick of a decoding step, which
-// reads its weights.
-static double device_copy_bandwidth(cudaStream_t s) {
-    const size_t bytes = (size_t)512 << 20;
-    void *a = NULL, *b = NULL;
-    cudaCheck(cudaMalloc(&a, bytes));
-    cudaCheck(cudaMalloc(&b, bytes));
-    cudaCheck(cudaMemsetAsync(a, 0, bytes, s));
-    cudaCheck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
-    cudaEvent_t e0, e1;
-    cudaCheck(cudaEventCreate(&e0));
-    cudaCheck(cudaEventCreate(&e1));
-    cudaCheck(cudaEventRecord(e0, s));
-    for (int i = 0; i < 10; i++) cudaCheck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
-    cudaCheck(cudaEventRecord(e1, s));
-    cudaCheck(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
-    cudaCheck(cudaEventDestroy(e0));
-    cudaCheck(cudaEventDestroy(e1));
-    cudaCheck(cudaFree(a));
-    cudaCheck(cudaFree(b));
-    return 2.0 * 10.0 * bytes / (ms * 1e-3);
-}
-
 // Prefill the prompt (the same for every sequence), then decode up to n_new tokens per sequence. out_ids [B, n_new]
 // receives the tokens (-1 after a sequence's end-of-text unless ignore_eos); stream: print sequence 0's text as it
 // comes (B == 1 only).

@@ -146,6 +146,32 @@ __device__ __forceinline__ int block_scan_excl(int v, int *s_warp, int *total) {
     return r;
 }
 
+// Device-to-device copy bandwidth in bytes/s, counting the bytes read and the bytes written (what HBM moves): one
+// 512 MiB buffer copied 10 times after a warm-up copy, timed with events. The yardstick of a decoding step, which
+// reads its weights.
+static inline double device_copy_bandwidth(cudaStream_t s) {
+    const size_t bytes = (size_t)512 << 20;
+    void *a = NULL, *b = NULL;
+    cudaCheck(cudaMalloc(&a, bytes));
+    cudaCheck(cudaMalloc(&b, bytes));
+    cudaCheck(cudaMemsetAsync(a, 0, bytes, s));
+    cudaCheck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    cudaCheck(cudaEventRecord(e0, s));
+    for (int i = 0; i < 10; i++) cudaCheck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+    cudaCheck(cudaEventRecord(e1, s));
+    cudaCheck(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    cudaCheck(cudaFree(a));
+    cudaCheck(cudaFree(b));
+    return 2.0 * 10.0 * bytes / (ms * 1e-3);
+}
+
 // Programmatic dependent launch (Hopper, sm_90+; no-ops when compiled for older GPUs). A kernel launched with the
 // cudaLaunchAttributeProgrammaticStreamSerialization attribute may start while the kernel before it on the stream is
 // still running, once every CTA of that kernel has called pdl_launch_dependents() (or exited):

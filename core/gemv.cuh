@@ -59,18 +59,7 @@ typedef struct {
     float eps;
 } GemvIn;
 
-// 16-byte weight load; HINT: through L1 without allocating, with an L2 prefetch of the 256-byte block
-template <bool HINT>
-__device__ __forceinline__ uint4 gemv_load(const uint4 *p) {
-    if constexpr (HINT) {
-        uint4 v;
-        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-        return v;
-    } else return __ldg(p);
-}
-
-template <int M, int U, bool NORM, bool HINT, class Op>
+template <int M, int U, bool NORM, class Op>
 static __global__ void __launch_bounds__(32 * GEMV_WARPS)
 gemv_kernel(const Op op, const GemvIn in, int K, int units) {
     constexpr int R = Op::R;
@@ -90,7 +79,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
     for (int u = 0; u < U; u++)
 #pragma unroll
         for (int r = 0; r < R; r++)
-            w[r][u] = live && lane + 32 * u < KC ? gemv_load<HINT>(wr[r] + lane + 32 * u) : zero;
+            w[r][u] = live && lane + 32 * u < KC ? __ldg(wr[r] + lane + 32 * u) : zero;
     pdl_launch_dependents();
     pdl_wait();
     if constexpr (NORM) {
@@ -141,7 +130,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
 #pragma unroll
                     for (int r = 0; r < R; r++) {
                         const int c = c0 + lane + 32 * u;
-                        w[r][u] = c < KC ? gemv_load<HINT>(wr[r] + c) : zero;
+                        w[r][u] = c < KC ? __ldg(wr[r] + c) : zero;
                     }
             }
 #pragma unroll
@@ -355,33 +344,33 @@ static inline bool gemv_fits(int M, int K, const void *x) {
            (size_t)M * K * 2 <= GEMV_MAX_SMEM;
 }
 
-template <int M, int U, bool NORM, bool HINT, class Op>
+template <int M, int U, bool NORM, class Op>
 static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
     const size_t smem = (size_t)M * K * 2;
     static size_t smem_set = 48 * 1024;  // the default limit; raised once as needed (per instantiation)
     if (smem > smem_set) {
-        cudaCheck(cudaFuncSetAttribute(gemv_kernel<M, U, NORM, HINT, Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(gemv_kernel<M, U, NORM, Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
         smem_set = smem;
     }
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)((units + GEMV_WARPS - 1) / GEMV_WARPS)),
                                                      dim3(32 * GEMV_WARPS), smem, 1, &attr, s);
-    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, HINT, Op>, op, in, K, units));
+    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in, K, units));
 }
 
-template <int U, bool HINT, class Op>
+template <int U, class Op>
 static inline void gemv_launch_u(const Op &op, const GemvIn &in, int M, int K, int units, cudaStream_t s) {
     const bool norm = in.gain != NULL;
     switch (M * 2 + norm) {
-        case 2: gemv_launch_cfg<1, U, false, HINT>(op, in, K, units, s); break;
-        case 3: gemv_launch_cfg<1, U, true, HINT>(op, in, K, units, s); break;
-        case 4: gemv_launch_cfg<2, U, false, HINT>(op, in, K, units, s); break;
-        case 5: gemv_launch_cfg<2, U, true, HINT>(op, in, K, units, s); break;
-        case 6: gemv_launch_cfg<3, U, false, HINT>(op, in, K, units, s); break;
-        case 7: gemv_launch_cfg<3, U, true, HINT>(op, in, K, units, s); break;
-        case 8: gemv_launch_cfg<4, U, false, HINT>(op, in, K, units, s); break;
-        default: gemv_launch_cfg<4, U, true, HINT>(op, in, K, units, s); break;
+        case 2: gemv_launch_cfg<1, U, false>(op, in, K, units, s); break;
+        case 3: gemv_launch_cfg<1, U, true>(op, in, K, units, s); break;
+        case 4: gemv_launch_cfg<2, U, false>(op, in, K, units, s); break;
+        case 5: gemv_launch_cfg<2, U, true>(op, in, K, units, s); break;
+        case 6: gemv_launch_cfg<3, U, false>(op, in, K, units, s); break;
+        case 7: gemv_launch_cfg<3, U, true>(op, in, K, units, s); break;
+        case 8: gemv_launch_cfg<4, U, false>(op, in, K, units, s); break;
+        default: gemv_launch_cfg<4, U, true>(op, in, K, units, s); break;
     }
 }
 
@@ -394,7 +383,7 @@ static inline void gemv_launch(const Op &op, const GemvIn &in, int M, int K, int
         SLLM_FATAL("gemv: M=%d rows of K=%d (16-byte aligned, K %% 8 == 0, M <= %d, M*K*2 <= %d bytes) do not fit", M,
                    K, GEMV_MAX_M, GEMV_MAX_SMEM);
     if (units < 1) return;
-    gemv_launch_u<GEMV_U, false>(op, in, M, K, units, s);
+    gemv_launch_u<GEMV_U>(op, in, M, K, units, s);
 }
 static inline GemvIn gemv_in(const bf16 *x) { GemvIn in = {x, NULL, NULL, NULL, 0.0f}; return in; }
 

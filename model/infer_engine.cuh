@@ -32,13 +32,17 @@
 // tile-path dispatch model on its own input (twell_ffn_calibrate; where every active unit is in an overflow row there
 // is nothing to fit and the measured sparse / dense ratio decides): the built-in model is fitted at D 2048, F 5632,
 // M 65536 on the H200, and small models or short prompts shift the crossover. AUTO's dense calls run the dense mode's
-// kernels (block_ffn_dense), so a layer that AUTO keeps dense costs what it costs in --ffn dense.
+// kernels (block_ffn_dense), so a layer that AUTO keeps dense costs what it costs in --ffn dense. At decoding steps
+// on the GEMV kernels (B <= GEMV_MAX_M) AUTO measures both paths per layer once instead (infer_measure_decode_path).
 // FFN statistics: the dense mode counts active gates per layer on the device (ffn_forward's counters); the TwELL modes
 // keep each layer's TwellFFNResult counts (path taken, overflow rows, mean active gates where measured).
 #ifndef SLLM_INFER_ENGINE_CUH
 #define SLLM_INFER_ENGINE_CUH
 
 #include <stdint.h>
+
+#include <algorithm>
+#include <vector>
 
 #include <cuda_profiler_api.h>
 
@@ -98,6 +102,8 @@ typedef struct {
     int use_graph, calibrate; // options (infer_create sets use_graph 1, calibrate 0)
     int use_gemv;             // option (infer_create sets 1): decoding steps of B <= GEMV_MAX_M on core/gemv.cuh
     int step_gemv;            // the call being enqueued runs its matrix-vector products on core/gemv.cuh
+    int *dec_path;            // [L] AUTO's path for decoding steps on the GEMV, measured (0: not yet, 1 dense, 2 sparse)
+    float (*dec_us)[2];       // [L] the measured medians (dense, sparse), us per call
     int eager_decodes;        // decoding steps run eagerly so far
     cudaGraphExec_t graph;    // the captured decoding step (NULL until captured)
     long long graph_replays;
@@ -219,6 +225,8 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
     cudaCheck(cudaMallocHost((void **)&m->h_best, (size_t)B * sizeof(unsigned long long)));
     m->stats = (InferLayerStats *)sllm_calloc(L, sizeof(InferLayerStats));
     m->graph_delta = (InferLayerStats *)sllm_calloc(L, sizeof(InferLayerStats));
+    m->dec_path = (int *)sllm_calloc(L, sizeof(int));
+    m->dec_us = (float (*)[2])sllm_calloc(L, sizeof(float[2]));
     m->use_graph = 1;
     m->use_gemv = 1;
     if (!dense) {
@@ -265,6 +273,8 @@ static inline void infer_free(Infer *m) {
     if (m->graph) cudaCheck(cudaGraphExecDestroy(m->graph));
     free(m->stats);
     free(m->graph_delta);
+    free(m->dec_path);
+    free(m->dec_us);
     matmul_context_free(&m->mm);
     cudaCheck(cudaStreamDestroy(m->stream));
     memset(m, 0, sizeof *m);
@@ -328,6 +338,44 @@ static inline void infer_ffn_dense_gemv(Infer *m, const BlockShape *bs, const La
     gemv_rows(m->y, gemv_in(h), w->wd, N, bs->D, bs->F, m->stream);
 }
 
+// AUTO at decoding steps on the GEMV kernels (step_gemv): the dispatch models of twell/ were fitted against the
+// cuBLASLt dense FFN, which the GEMV dense FFN beats by 1.5-2x at these sizes, so the predicted crossover is wrong
+// there. Instead, at a layer's first such call (eager, never under capture) both paths run on the layer's own input,
+// INFER_DEC_MEASURE_REPS times each, interleaved, timed with events (the counters off), and the faster median is the
+// layer's path for the Infer's life (graphs capture it). Returns 1 (dense) or 2 (sparse). The host waits for each
+// run: a one-time cost of the first decoding step.
+#define INFER_DEC_MEASURE_REPS 5
+static inline int infer_measure_decode_path(Infer *m, const BlockShape *bs, const LayerWeights *w, int l, int N) {
+    const int D = bs->D, F = bs->F;
+    cudaStream_t s = m->stream;
+    TwellFFNWorkspace *ws = &m->ws[l];
+    const bf16 *WdT = m->wdT + (size_t)l * F * D;
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    std::vector<float> t[2];
+    for (int r = 0; r < INFER_DEC_MEASURE_REPS; r++)
+        for (int p = 0; p < 2; p++) {
+            cudaCheck(cudaEventRecord(e0, s));
+            if (p == 0) infer_ffn_dense_gemv(m, bs, w, gemv_in(m->ln), ws->dense.g, N, NULL, NULL);
+            else if (twell_decode_forward(m->ln, w->wg, w->wu, WdT, m->y, N, D, F, bs->gated, ws->dec_g, ws->dec_cnt,
+                                          ws->dec_ent, NULL, ws->dec_pdl, s) != TWELL_OK)
+                SLLM_FATAL("infer: the decode path of layer %d failed (above)", l);
+            cudaCheck(cudaEventRecord(e1, s));
+            cudaCheck(cudaEventSynchronize(e1));
+            float ms = 0.0f;
+            cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+            t[p].push_back(ms * 1e3f);
+        }
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    for (int p = 0; p < 2; p++) {
+        std::sort(t[p].begin(), t[p].end());
+        m->dec_us[l][p] = t[p][INFER_DEC_MEASURE_REPS / 2];
+    }
+    return m->dec_us[l][1] < m->dec_us[l][0] ? 2 : 1;
+}
+
 // The FFN of layer l on ln [N, D] -> y [N, D].
 static inline void infer_ffn(Infer *m, const BlockShape *bs, const LayerWeights *w, int l, int N) {
     const int D = bs->D, F = bs->F;
@@ -357,7 +405,11 @@ static inline void infer_ffn(Infer *m, const BlockShape *bs, const LayerWeights 
         // AUTO's dense calls run the dense engine's FFN (one batched gate/up GEMM, the down GEMM on wd), the same
         // kernels as --ffn dense, counted for the dispatch through the workspace's counter
         const int capturing = twell_capturing(s);
-        path = twell_ffn_choose(ws, N, TWELL_PATH_AUTO, -1.0, capturing);
+        if (m->step_gemv && N <= ws->decode_rows && m->dec_path[l] == 0 && !capturing)
+            m->dec_path[l] = infer_measure_decode_path(m, bs, w, l, N);
+        if (m->step_gemv && N <= ws->decode_rows && m->dec_path[l])
+            path = m->dec_path[l] == 1 ? TWELL_PATH_DENSE : TWELL_PATH_SPARSE;
+        else path = twell_ffn_choose(ws, N, TWELL_PATH_AUTO, -1.0, capturing);
         if (path == TWELL_PATH_DENSE) {
             // in chunks of the workspace's dense scratch: gu [2, rows, F] packed in dense.g (u follows g), h in place
             unsigned long long *cnt = twell_ffn_count_begin(ws, capturing, 1, s);
@@ -606,6 +658,10 @@ static inline void infer_print_stats(Infer *m, FILE *f) {
         cudaCheck(cudaMemcpy(nnz, m->nnz, sizeof(unsigned long long) * L, cudaMemcpyDeviceToHost));
     }
     fprintf(f, "FFN per layer (%s):\n", infer_ffn_name(m->ffn));
+    for (int l = 0; l < L; l++)
+        if (m->dec_path[l])
+            fprintf(f, "  layer %d, decoding steps on the GEMV: %s (measured: dense %.1f us, sparse %.1f us per call)\n", l,
+                    m->dec_path[l] == 1 ? "dense" : "sparse", m->dec_us[l][0], m->dec_us[l][1]);
     if (m->ffn == INFER_FFN_DENSE) fprintf(f, "  layer   active gates/token\n");
     else fprintf(f, "  layer   dense-calls  tile-calls  decode-calls  overflow-rows  active gates/token: tile calls, latest\n");
     for (int l = 0; l < L; l++) {

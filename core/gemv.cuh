@@ -27,8 +27,8 @@
 #define SLLM_GEMV_CUH
 
 #include <stdint.h>
-#include <string.h>
 
+#include "argmax.cuh"
 #include "cuda_common.cuh"
 #include "kernel_utils.cuh"
 
@@ -193,19 +193,8 @@ struct GemvRowsOp {
 };
 
 // Greedy decoding's pick, fused into the LM head: logits y [M, N] fp32 as GemvRowsOp, and best[m] = the largest
-// gemv_argmax_key over row m (one atomicMax per CTA and row): the FIRST index of the maximum logit, NaN never winning
-// (core/sampler.h's sampler_argmax; gemv_argmax_index reads it back). best must hold 0 before the call.
-__host__ __device__ __forceinline__ unsigned long long gemv_argmax_key(float v, int idx) {
-    if (v != v) return 0ull;   // NaN: below every number
-    if (v == 0.0f) v = 0.0f;   // -0 and +0 tie (compare equal), so the smaller index wins
-    uint32_t b;
-    memcpy(&b, &v, 4);
-    b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // order-preserving: larger float, larger key
-    return ((unsigned long long)b << 32) | (uint32_t)~(uint32_t)idx;  // ties: the smaller index, the larger key
-}
-static inline int gemv_argmax_index(unsigned long long key) {
-    return key == 0ull ? 0 : (int)~(uint32_t)(key & 0xffffffffull);  // every logit NaN: 0, as sampler_argmax
-}
+// argmax_key over row m (core/argmax.cuh; one atomicMax per CTA and row): the first index of the maximum logit, NaN
+// never winning (argmax_index reads it back). best must hold 0 before the call.
 struct GemvLogitsArgmaxOp {
     static constexpr int R = 2;
     static constexpr bool COUNTS = true;  // finish runs: the CTA's best per row
@@ -226,7 +215,7 @@ struct GemvLogitsArgmaxOp {
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 y[(size_t)m * N + R * u + r] = acc[m][r];
-                const unsigned long long kr = gemv_argmax_key(acc[m][r], R * u + r);
+                const unsigned long long kr = argmax_key(acc[m][r], R * u + r);
                 k = kr > k ? kr : k;
             }
             keys[warp * GEMV_MAX_M + m] = k;

@@ -94,8 +94,9 @@ typedef struct {
     int *h_tokens, *h_pos;    // pinned [N_max], [1]: staged with every call (inside the graph too)
     float *h_logits;          // pinned, as logits: filled at the end of every call (but see greedy_dev)
     unsigned long long *best, *h_best;  // [B] device / pinned: greedy_dev's argmax keys (core/gemv.cuh)
-    int greedy_dev;           // option (0): decoding steps on the GEMV pick the greedy token on the GPU (argmax fused
-                              // into the LM head) and copy B keys instead of B x V logits; infer_get_greedy reads them
+    int greedy_dev;           // option (0): every call picks each sequence's greedy token on the GPU (core/argmax.cuh;
+                              // fused into the LM head on the GEMV) and copies B keys instead of the logits;
+                              // infer_get_greedy reads them
     int argmax_ready;         // the last call left argmax keys (h_logits not filled: infer_get_logits copies on demand)
     int graph_argmax;         // the captured graph does (argmax_ready after each replay)
     int graph_opts;           // use_gemv, greedy_dev, all_logits when the graph was captured (a change: capture again)
@@ -535,6 +536,13 @@ static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
                                     (size_t)D * 2, B, cudaMemcpyDeviceToDevice, s));
         matmul(&m->mm, m->logits, 1, m->last, 0, E, 1, B, V, D, 1.0f, 0.0f, s);
     }
+    if (m->greedy_dev) {  // the greedy pick of each sequence's last row on the GPU: B keys instead of the logits
+        const size_t stride = (size_t)(m->all_logits ? T : 1) * V;
+        argmax_rows(m->best, m->logits + (m->all_logits ? (size_t)(T - 1) * V : 0), stride, B, V, s);
+        cudaCheck(cudaMemcpyAsync(m->h_best, m->best, sizeof(unsigned long long) * B, cudaMemcpyDeviceToHost, s));
+        m->argmax_ready = 1;
+        return;
+    }
     cudaCheck(cudaMemcpyAsync(m->h_logits, m->logits, sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost, s));
 }
 
@@ -644,7 +652,7 @@ static inline void infer_get_greedy(Infer *m, int *tokens) {
     cudaCheck(cudaStreamSynchronize(m->stream));
     const int V = m->cfg.vocab_size, T = m->all_logits ? m->last_T : 1;  // all_logits: sequence b's last row
     for (int b = 0; b < m->B; b++)
-        tokens[b] = m->argmax_ready ? gemv_argmax_index(m->h_best[b])
+        tokens[b] = m->argmax_ready ? argmax_index(m->h_best[b])
                                     : sampler_argmax(m->h_logits + ((size_t)b * T + T - 1) * V, V);
 }
 

@@ -331,7 +331,7 @@ static int run_engine(const ModelConfig *c, const float *pf, const int *tok, con
     }
     // greedy_dev: the decoding steps pick the greedy token on the GPU (argmax fused into the LM head). The tokens must
     // be the host sampler's argmax of the same logits, and the logits the same bits as without it.
-    if (kind == RUN_DENSE || kind == RUN_SPARSE) {
+    if (kind == RUN_DENSE || kind == RUN_DENSE_CUBLAS || kind == RUN_SPARSE) {
         m.greedy_dev = 1;
         int *buf = (int *)sllm_malloc((size_t)B * 4), *got = (int *)sllm_malloc((size_t)B * 4);
         float *row = (float *)sllm_malloc((size_t)B * V * 4);
@@ -350,19 +350,24 @@ static int run_engine(const ModelConfig *c, const float *pf, const int *tok, con
                 checked += m.argmax_ready;
                 for (int b = 0; b < B; b++) bad += got[b] != sampler_argmax(row + (size_t)b * V, V);
                 for (int b = 0; b < B; b++) differ += memcmp(row + (size_t)b * V, lg2 + off + (size_t)b * V, 4 * V) != 0;
-            } else {
+            } else {  // a prompt chunk: the keys of each sequence's last row (argmax_rows after the LM head)
                 int *chunk = (int *)sllm_malloc((size_t)B * Tn * 4);
+                float *rows = (float *)sllm_malloc((size_t)B * Tn * V * 4);
                 for (int b = 0; b < B; b++)
                     for (int t = 0; t < Tn; t++) chunk[b * Tn + t] = tok[b * T + pos + t];
                 infer_forward(&m, chunk, Tn);
-                cudaCheck(cudaStreamSynchronize(m.stream));
-                free(chunk);
+                infer_get_greedy(&m, got);
+                infer_get_logits(&m, rows, B * Tn);
+                checked += m.argmax_ready;
+                for (int b = 0; b < B; b++)
+                    bad += got[b] != sampler_argmax(rows + ((size_t)b * Tn + Tn - 1) * V, V);
+                free(chunk); free(rows);
             }
             off += (size_t)B * Tn * V;
             pos += Tn;
         }
         const int ok = checked > 0 && bad == 0 && differ == 0 && m.graph_replays > replays0;
-        printf("  %-18s greedy on the GPU: %d steps with argmax keys, %d tokens differ from the host argmax, logits "
+        printf("  %-18s greedy on the GPU: %d calls with argmax keys, %d tokens differ from the host argmax, logits "
                "%s, %lld graph replays%s\n", run_name(kind), checked, bad, differ ? "DIFFER" : "bit-identical",
                m.graph_replays - replays0, ok ? "" : "  <-- FAIL");
         if (!ok) failures++;

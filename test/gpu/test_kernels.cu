@@ -910,7 +910,7 @@ static void gemv_argmax_case(int M, int N, int K, int pattern) {
     float *hy2 = get_f32(dy, (size_t)M * N);
     assert_memory_equal(hy, hy2, (size_t)M * N * 4);
     for (int m = 0; m < M; m++) {
-        const int want = sampler_argmax(hy + (size_t)m * N, N), got = gemv_argmax_index(best[m]);
+        const int want = sampler_argmax(hy + (size_t)m * N, N), got = argmax_index(best[m]);
         printf("  row %d: argmax %d (logit %g), host sampler %d\n", m, got, hy[(size_t)m * N + got], want);
         assert_int_equal(got, want);
     }
@@ -938,12 +938,45 @@ static void test_gemv(void **state) {
     gemv_argmax_case(4, 1002, 256, 1);
     gemv_argmax_case(2, 66, 64, 2);
     // the key's order: larger logits first, then the smaller index; -0 ties +0; NaN below -inf
-    assert_true(gemv_argmax_key(1.0f, 5) > gemv_argmax_key(0.5f, 1));
-    assert_true(gemv_argmax_key(-1.0f, 5) > gemv_argmax_key(-2.0f, 1));
-    assert_true(gemv_argmax_key(2.0f, 1) > gemv_argmax_key(2.0f, 2));
-    assert_true(gemv_argmax_key(-0.0f, 1) > gemv_argmax_key(0.0f, 2));
-    assert_true(gemv_argmax_key(-INFINITY, 7) > gemv_argmax_key(NAN, 0));
-    assert_int_equal(gemv_argmax_index(gemv_argmax_key(3.0f, 12345)), 12345);
+    assert_true(argmax_key(1.0f, 5) > argmax_key(0.5f, 1));
+    assert_true(argmax_key(-1.0f, 5) > argmax_key(-2.0f, 1));
+    assert_true(argmax_key(2.0f, 1) > argmax_key(2.0f, 2));
+    assert_true(argmax_key(-0.0f, 1) > argmax_key(0.0f, 2));
+    assert_true(argmax_key(-INFINITY, 7) > argmax_key(NAN, 0));
+    assert_int_equal(argmax_index(argmax_key(3.0f, 12345)), 12345);
+}
+
+// argmax_rows (core/argmax.cuh) against the host sampler's argmax: strided rows (each sequence's last row), ties,
+// NaN, -inf, every entry NaN.
+static void test_argmax_rows(void **state) {
+    SKIP_IF_NO_GPU();
+    const int rows = 5, V = 50304, T = 3;
+    const size_t n = (size_t)rows * T * V;
+    float *x = (float *)sllm_malloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(&g_rng);
+    float *r1 = x + (size_t)(0 * T + T - 1) * V, *r2 = x + (size_t)(1 * T + T - 1) * V, *r3 = x + (size_t)(2 * T + T - 1) * V,
+          *r4 = x + (size_t)(3 * T + T - 1) * V;
+    r1[777] = 9.0f; r1[40000] = 9.0f; r1[5] = NAN;             // a tie: the first index wins; NaN never does
+    for (int i = 0; i < V; i++) r2[i] = NAN;                     // every entry NaN: 0
+    for (int i = 0; i < V; i++) r3[i] = -INFINITY;               // every entry -inf: the first
+    r3[123] = NAN;
+    r4[0] = -0.0f; for (int i = 1; i < V; i++) r4[i] = i % 2 ? 0.0f : -1.0f;  // -0 and +0 tie: index 0
+    float *dx = dev_f32(x, n);
+    unsigned long long *dbest, best[rows];
+    cudaCheck(cudaMalloc((void **)&dbest, 8 * rows));
+    poison(dbest, 8 * rows);
+    argmax_rows(dbest, dx + (size_t)(T - 1) * V, (size_t)T * V, rows, V, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(best, dbest, 8 * rows, cudaMemcpyDeviceToHost));
+    for (int r = 0; r < rows; r++) {
+        const int want = sampler_argmax(x + ((size_t)r * T + T - 1) * V, V), got = argmax_index(best[r]);
+        printf("  argmax row %d: %d, host sampler %d\n", r, got, want);
+        assert_int_equal(got, want);
+    }
+    assert_int_equal(argmax_index(best[0]), 777);
+    assert_int_equal(argmax_index(best[1]), 0);
+    free(x);
+    cudaFree(dx); cudaFree(dbest);
 }
 
 int main(int argc, char **argv) {
@@ -954,6 +987,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_adamw_closed_form),
         cmocka_unit_test(test_matmul_batched),  cmocka_unit_test(test_matmul_relu_mask),
         cmocka_unit_test(test_gemv),
+        cmocka_unit_test(test_argmax_rows),
     };
     GPU_TEST_PREFLIGHT("test_kernels", tests);
     g_seed = gpu_test_seed("test_kernels");

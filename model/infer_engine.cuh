@@ -35,7 +35,8 @@
 // kernels (block_ffn_dense), so a layer that AUTO keeps dense costs what it costs in --ffn dense. At decoding steps
 // on the GEMV kernels (B <= GEMV_MAX_M) AUTO measures both paths per layer once instead (infer_measure_decode_path).
 // FFN statistics: the dense mode counts active gates per layer on the device (ffn_forward's counters); the TwELL modes
-// keep each layer's TwellFFNResult counts (path taken, overflow rows, mean active gates where measured).
+// count each layer's calls per path, and the tile path's counts (overflow rows, active gates) come back to the
+// workspace without a host sync (tile_sync 0: the prefill never waits for the host; twell/ffn.cuh).
 #ifndef SLLM_INFER_ENGINE_CUH
 #define SLLM_INFER_ENGINE_CUH
 
@@ -67,9 +68,7 @@ static inline const char *infer_ffn_name(InferFFN f) {
 
 typedef struct {
     long long calls_dense, calls_tile, calls_decode;  // TwELL modes: the path each call of this layer took
-    long long overflow_rows;                          // rows of tile-path calls computed by the dense fallback
-    double nnz_sum;                                   // sum over measured rows of active gates (tile path; dense mode)
-    long long nnz_rows;                               // rows measured
+    long long nnz_rows;                               // dense mode: rows counted into m->nnz
 } InferLayerStats;
 
 #define INFER_CALIBRATE_MIN_ROWS 256
@@ -120,8 +119,6 @@ static inline void infer_stats_add(InferLayerStats *a, const InferLayerStats *b,
     a->calls_dense += sign * b->calls_dense;
     a->calls_tile += sign * b->calls_tile;
     a->calls_decode += sign * b->calls_decode;
-    a->overflow_rows += sign * b->overflow_rows;
-    a->nnz_sum += (double)sign * b->nnz_sum;
     a->nnz_rows += sign * b->nnz_rows;
 }
 
@@ -238,6 +235,7 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
         // keep their own dispatch state and counters.
         if (twell_ffn_workspace_create(&m->ws[0], m->N_max, (int)D, (int)F, TWELL_DEFAULT_C, cfg->gated))
             SLLM_FATAL("infer: TwELL workspace (above)");
+        m->ws[0].tile_sync = 0;  // prefill calls on the tile path never wait for the host (the borrowers copy this)
         for (size_t l = 1; l < L; l++)
             if (twell_ffn_workspace_create_shared(&m->ws[l], &m->ws[0]))
                 SLLM_FATAL("infer: TwELL workspace of layer %zu (above)", l);
@@ -309,6 +307,12 @@ static inline void infer_set_params_device(Infer *m, const bf16 *dev) {
 static inline void infer_reset(Infer *m) { m->pos = 0; }
 static inline void infer_reset_stats(Infer *m) {
     memset(m->stats, 0, sizeof(InferLayerStats) * m->cfg.n_layer);
+    if (m->ws)
+        for (int l = 0; l < m->cfg.n_layer; l++) {  // the tile path's totals (a copy in flight lands first)
+            twell_ffn_read_tile_stats(&m->ws[l]);
+            m->ws[l].tile_host_syncs = m->ws[l].tile_rows = m->ws[l].tile_ovf_rows = 0;
+            m->ws[l].tile_nnz = 0.0;
+        }
     cudaCheck(cudaMemsetAsync(m->nnz, 0, sizeof(unsigned long long) * m->cfg.n_layer, m->stream));
 }
 
@@ -433,10 +437,6 @@ static inline void infer_ffn(Infer *m, const BlockShape *bs, const LayerWeights 
     if (r.path == TWELL_PATH_DENSE) st->calls_dense++;
     else if (r.decode) st->calls_decode++;
     else st->calls_tile++;
-    if (r.path == TWELL_PATH_SPARSE && !r.decode) {
-        st->overflow_rows += r.n_overflow;
-        if (r.mean_nnz >= 0) { st->nnz_sum += r.mean_nnz * N; st->nnz_rows += N; }
-    }
 }
 
 // Host side of a call: checks, and the tokens and position into their pinned staging buffers (after the previous call
@@ -671,7 +671,8 @@ static inline void infer_print_stats(Infer *m, FILE *f) {
             fprintf(f, "  layer %d, decoding steps on the GEMV: %s (measured: dense %.1f us, sparse %.1f us per call)\n", l,
                     m->dec_path[l] == 1 ? "dense" : "sparse", m->dec_us[l][0], m->dec_us[l][1]);
     if (m->ffn == INFER_FFN_DENSE) fprintf(f, "  layer   active gates/token\n");
-    else fprintf(f, "  layer   dense-calls  tile-calls  decode-calls  overflow-rows  active gates/token: tile calls, latest\n");
+    else fprintf(f, "  layer   dense-calls  tile-calls  decode-calls  overflow-rows  host-syncs  active gates/token: tile "
+                    "calls, latest\n");
     for (int l = 0; l < L; l++) {
         const InferLayerStats *st = &m->stats[l];
         if (m->ffn == INFER_FFN_DENSE)
@@ -679,13 +680,16 @@ static inline void infer_print_stats(Infer *m, FILE *f) {
         else {
             // latest: the layer's last count read back by the dispatch (any path; the decode and dense paths' counts
             // arrive one call late, without a sync)
+            // tile calls: the workspace's totals of the counts taken (the newest copy in flight waited for)
+            TwellFFNWorkspace *ws = &m->ws[l];
+            twell_ffn_read_tile_stats(ws);
             char tile[32], latest[32];
-            if (st->nnz_rows) snprintf(tile, sizeof tile, "%.1f", st->nnz_sum / st->nnz_rows);
+            if (ws->tile_rows) snprintf(tile, sizeof tile, "%.1f", ws->tile_nnz / ws->tile_rows);
             else snprintf(tile, sizeof tile, "-");
             if (m->ws[l].last_mean_nnz >= 0) snprintf(latest, sizeof latest, "%.1f", m->ws[l].last_mean_nnz);
             else snprintf(latest, sizeof latest, "-");
-            fprintf(f, "  %5d   %11lld  %10lld  %12lld  %13lld  %10s  %8s\n", l, st->calls_dense, st->calls_tile,
-                    st->calls_decode, st->overflow_rows, tile, latest);
+            fprintf(f, "  %5d   %11lld  %10lld  %12lld  %13lld  %10lld  %10s  %8s\n", l, st->calls_dense, st->calls_tile,
+                    st->calls_decode, ws->tile_ovf_rows, ws->tile_host_syncs, tile, latest);
         }
     }
     free(nnz);

@@ -9,9 +9,16 @@
 // Tile path (a sparse call of M > decode_rows rows): (1) gate -> TwELL (twell/gate.cuh: the wgmma kernel of
 // twell/gate_wgmma.cuh on Hopper, the cuBLASLt mask GEMM + pack elsewhere), (2) up+down on every non-overflow row
 // (gated: the up and the down as two token-major kernels, twell/updown_split.cuh; non-gated: the fused kernel of
-// twell/updown.cuh), (3) overflow rows (a tile with more non-zeros than slots) gathered and computed by the dense
-// FFN (twell/dense_ffn.cuh) and scattered back. The number of overflow rows and the mean number of active gates come
-// back in TwellFFNResult. One host sync per tile-path call (to size the fallback GEMMs by the device overflow count).
+// twell/updown.cuh), (3) overflow rows (a tile with more non-zeros than slots) computed densely. Two modes:
+//   ws->tile_sync = 1 (the default): the call waits for the device counts, returns the number of overflow rows and
+//     the mean active gates in TwellFFNResult, and runs the overflow rows through the cuBLASLt dense FFN
+//     (twell/dense_ffn.cuh) sized by that count.
+//   ws->tile_sync = 0 (model/infer_engine.cuh): no host sync. The overflow rows run through the dense-row kernel
+//     (twell/dense_rows.cuh), which reads their number on the device; the counts are copied back asynchronously and
+//     taken at a later call (TwellFFNResult has -1 for them; twell_ffn_read_tile_stats waits for the newest). The
+//     call can be captured in a CUDA graph. When the last counts taken predict more than TWELL_OVF_DEVICE_ROWS
+//     overflow rows (a layer that is not sparse: the dense-row GEMM is ~7x slower than cuBLASLt), the call syncs and
+//     runs cuBLASLt as in tile_sync 1, counted in ws->tile_host_syncs. D % 128 != 0: always that way.
 //
 // Decode path (twell/decode.cuh): a sparse call of M <= ws->decode_rows rows (default TWELL_DECODE_MAX_M = 64;
 // twell_ffn_set_decode_rows, 0 = off) runs two small kernels instead (tensor-core GEMV gate with the up of its
@@ -40,8 +47,9 @@
 #include "cuda_common.cuh"
 #include "matmul.cuh"
 #include "twell/decode.cuh"
-#include "twell/dispatch.h"
 #include "twell/dense_ffn.cuh"
+#include "twell/dense_rows.cuh"
+#include "twell/dispatch.h"
 #include "twell/format.h"
 #include "twell/gate.cuh"
 #include "twell/gate_wgmma.cuh"
@@ -55,7 +63,12 @@ typedef struct {
     int updown;          // tile path: the up/down that ran (TWELL_UPDOWN_SPLIT / _FUSED); else -1
     int decode;          // sparse path: 1 if the decode path ran (M <= decode_rows; then n_overflow 0, mean_nnz -1:
                          // its count is read back at the next call, without a sync)
+    int synced;          // tile path: 1 if the call waited for its counts (n_overflow, mean_nnz valid), else 0 (-1s)
 } TwellFFNResult;
+
+// Overflow rows a tile-path call without a host sync (tile_sync 0) takes on the device's dense-row kernel; more
+// expected (from the last counts taken) and the call syncs for cuBLASLt.
+#define TWELL_OVF_DEVICE_ROWS 64
 
 typedef struct TwellFFNWorkspaceTag {
     int max_M, D, F, C, gated;
@@ -95,6 +108,18 @@ typedef struct TwellFFNWorkspaceTag {
     cudaStream_t pack_stream;     // side stream of the cuBLASLt gate and of the split up/down (non-blocking)
     cudaEvent_t ev_gemm[2], ev_pack[2];
     TwellDenseScratch dense;
+    // Tile path without a host sync (tile_sync 0; see the top of this file). The counters of a call are copied to
+    // counters_host (one copy in flight: tile_stats_pending) and taken at a later call; the taken counts add up in
+    // tile_rows / tile_ovf_rows / tile_nnz. The dense-row kernel of the overflow rows uses dense's buffers (chunks
+    // of dense.chunk_rows rows) and dr_part (split-K partials, the owner's).
+    int tile_sync;
+    cudaEvent_t tile_stats_ready;
+    int tile_stats_pending, tile_stats_pending_M;
+    long long tile_host_syncs;           // tile-path calls that waited for their counts
+    long long tile_rows, tile_ovf_rows;  // rows and overflow rows of the tile-path calls whose counts were taken
+    double tile_nnz;                     // their active gates
+    float *dr_part;
+    int dr_grid, dr_split_F, dr_split_D;  // cooperative grid (0: the kernel cannot run here), split-K parts
     // Decode path (twell/decode.cuh): sparse calls with M <= decode_rows (0: off) run it. Scratch for dec_alloc_rows
     // = min(TWELL_DECODE_MAX_M, max_M) rows: g [rows, F] bf16, cnt [rows, F/16], ent [rows, F] (unit, h).
     int decode_rows, dec_alloc_rows;
@@ -152,6 +177,10 @@ static inline void twell_ffn_own_create(TwellFFNWorkspace *ws) {
     cudaCheck(cudaMalloc(&ws->dense_nnz, sizeof(unsigned long long)));
     cudaCheck(cudaMallocHost(&ws->dense_nnz_host, sizeof(unsigned long long)));
     cudaCheck(cudaEventCreateWithFlags(&ws->dense_nnz_ready, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&ws->tile_stats_ready, cudaEventDisableTiming));
+    ws->tile_stats_pending = 0;
+    ws->tile_host_syncs = ws->tile_rows = ws->tile_ovf_rows = 0;
+    ws->tile_nnz = 0.0;
     for (int b = 0; b < 2; b++) {
         cudaCheck(cudaEventCreateWithFlags(&ws->ev_gemm[b], cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&ws->ev_pack[b], cudaEventDisableTiming));
@@ -161,11 +190,13 @@ static inline void twell_ffn_own_create(TwellFFNWorkspace *ws) {
 }
 static inline void twell_ffn_own_free(TwellFFNWorkspace *ws) {
     if (ws->dense_nnz_pending) cudaCheck(cudaEventSynchronize(ws->dense_nnz_ready));
+    if (ws->tile_stats_pending) cudaCheck(cudaEventSynchronize(ws->tile_stats_ready));
     cudaCheck(cudaStreamSynchronize(ws->pack_stream));
     cudaCheck(cudaStreamDestroy(ws->pack_stream));
     cudaCheck(cudaFree(ws->counters)); cudaCheck(cudaFreeHost(ws->counters_host));
     cudaCheck(cudaFree(ws->dense_nnz)); cudaCheck(cudaFreeHost(ws->dense_nnz_host));
     cudaCheck(cudaEventDestroy(ws->dense_nnz_ready));
+    cudaCheck(cudaEventDestroy(ws->tile_stats_ready));
     for (int b = 0; b < 2; b++) {
         cudaCheck(cudaEventDestroy(ws->ev_gemm[b]));
         cudaCheck(cudaEventDestroy(ws->ev_pack[b]));
@@ -219,6 +250,20 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     // caller's own dense FFN (infer's AUTO) can run the model's batched gate/up GEMM in it, chunk by chunk
     cudaCheck(cudaMalloc(&ws->dense.g, sizeof(bf16) * 2 * cr * F));
     ws->dense.u = ws->dense.g + cr * F;
+    ws->tile_sync = 1;
+    if (D % TTG_BN == 0) {  // the dense-row kernel's GEMMs take N % 128 == 0 (N = F and D)
+        ws->dr_split_F = tt_split_count(F);
+        ws->dr_split_D = tt_split_count(D);
+        const size_t a = (size_t)ws->dr_split_F * F, b = (size_t)ws->dr_split_D * D;
+        int dev = 0, coop = 0, per_sm = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tt_dense_rows_fwd_kernel, 256, 0));
+        if (coop && per_sm >= 1) {
+            ws->dr_grid = cuda_sm_count() * (per_sm < 2 ? per_sm : 2);
+            cudaCheck(cudaMalloc(&ws->dr_part, sizeof(float) * (size_t)TT_SPLIT_ROWS * (a > b ? a : b)));
+        }
+    }
     // The decode path takes F <= TWELL_DEC_MAX_F (twell_decode_forward); past that every sparse call runs the tile path.
     ws->dec_alloc_rows = F > TWELL_DEC_MAX_F ? 0 : max_M < TWELL_DECODE_MAX_M ? max_M : TWELL_DECODE_MAX_M;
     ws->decode_rows = ws->dec_alloc_rows;
@@ -256,6 +301,37 @@ static inline int twell_ffn_workspace_create_shared(TwellFFNWorkspace *ws, Twell
     twell_ffn_own_create(ws);
     return TWELL_OK;
 }
+
+// The counts of a tile-path call of M rows (in counters_host, landed) become the dispatch state and add to the totals.
+static inline void twell_ffn_take_tile_stats(TwellFFNWorkspace *ws, int M) {
+    const TwellCounters *c = ws->counters_host;
+    const int n_ovf = c->n_ovf;
+    if (n_ovf < 0 || n_ovf > M) SLLM_FATAL("twell: device overflow count %d out of range [0, %d]", n_ovf, M);
+    if (ws->last_updown == TWELL_UPDOWN_SPLIT) ws->split_last_heavy = c->n_heavy;
+    // The share of the active units in rows the up/down computed (the rest: overflow rows, dense fallback).
+    ws->last_sparse_share = c->nnz > 0 ? (double)c->nnz_sparse / (double)c->nnz : 1.0;
+    ws->last_mean_nnz = (double)c->nnz / (double)M;
+    ws->last_ovf_frac = (double)n_ovf / (double)M;
+    ws->tile_rows += M;
+    ws->tile_ovf_rows += n_ovf;
+    ws->tile_nnz += (double)c->nnz;
+}
+// Takes the counts of the newest tile-path call without a sync (tile_sync 0) if their copy has landed (wait = 0: never
+// blocks) or waiting for it (wait = 1). Returns 1 if counts were taken.
+static inline int twell_ffn_poll_tile_stats(TwellFFNWorkspace *ws, int wait) {
+    if (!ws->tile_stats_pending) return 0;
+    if (wait) cudaCheck(cudaEventSynchronize(ws->tile_stats_ready));
+    else {
+        const cudaError_t q = cudaEventQuery(ws->tile_stats_ready);
+        if (q == cudaErrorNotReady) return 0;
+        cudaCheck(q);
+    }
+    ws->tile_stats_pending = 0;
+    twell_ffn_take_tile_stats(ws, ws->tile_stats_pending_M);
+    return 1;
+}
+// For reports and tests: waits for the counts of the newest tile-path call in flight and takes them.
+static inline void twell_ffn_read_tile_stats(TwellFFNWorkspace *ws) { twell_ffn_poll_tile_stats(ws, 1); }
 
 // Sparse calls of at most `rows` rows run the decode path (twell/decode.cuh); 0 turns it off (every sparse call
 // runs the tile path: gate -> TwELL, up/down, dense fallback). rows in [0, dec_alloc_rows] = [0, min(TWELL_DECODE_MAX_M,
@@ -350,6 +426,7 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
         cudaCheck(cudaFree(ws->dense.xg)); cudaCheck(cudaFree(ws->dense.yg));
         cudaCheck(cudaFree(ws->dense.g));  // u lies in the same allocation
         cudaCheck(cudaFree(ws->dec_g)); cudaCheck(cudaFree(ws->dec_cnt)); cudaCheck(cudaFree(ws->dec_ent));
+        cudaCheck(cudaFree(ws->dr_part));
     }
     memset(ws, 0, sizeof(*ws));
 }
@@ -465,6 +542,7 @@ static inline TwellPath twell_ffn_choose(TwellFFNWorkspace *ws, int M, TwellPath
             cudaCheck(q);
         }
     }
+    if (!capturing) twell_ffn_poll_tile_stats(ws, 0);
     if (path != TWELL_PATH_AUTO) return path;
     if (nnz_hint < 0 && ws->last_mean_nnz < 0) return TWELL_PATH_SPARSE;  // unknown: run sparse, which measures
     if (M <= ws->decode_rows) {  // its own model (M and nnz; no overflow rows), the graph one under capture
@@ -529,10 +607,11 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     const int decode = M <= ws->decode_rows;
     path = twell_ffn_choose(ws, M, path, nnz_hint, capturing);
     const bf16 *W1 = ws->gated ? Wg : Wu;
-    if (capturing && path == TWELL_PATH_SPARSE && !decode) {
-        fprintf(stderr, "error: twell_ffn_forward: the tile path (M=%d > decode_rows=%d) synchronizes the host and "
-                        "cannot run under stream capture: capture M <= decode_rows rows, or the dense path\n", M,
-                ws->decode_rows);
+    const int tile_device = !ws->tile_sync && ws->dr_grid > 0;  // overflow rows on the device's count
+    if (capturing && path == TWELL_PATH_SPARSE && !decode && !tile_device) {
+        fprintf(stderr, "error: twell_ffn_forward: the tile path (M=%d > decode_rows=%d) with tile_sync 1 (or D %% 128 "
+                        "!= 0) synchronizes the host and cannot run under stream capture: set tile_sync 0, capture M <= "
+                        "decode_rows rows, or the dense path\n", M, ws->decode_rows);
         return TWELL_ERR_ARG;
     }
     // The paths without a host sync (decode, dense) count the active gates into ws->dense_nnz; the count is read
@@ -565,24 +644,43 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
         if (e) return e;
         e = twell_ffn_updown(ws, X, Wu, WdT, Y, M, stream);
         if (e) return e;
-        cudaCheck(cudaMemcpyAsync(ws->counters_host, ws->counters, sizeof(TwellCounters), cudaMemcpyDeviceToHost,
-                                  stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        const int n_ovf = ws->counters_host->n_ovf;
-        if (n_ovf < 0 || n_ovf > M) SLLM_FATAL("twell: device overflow count %d out of range [0, %d]", n_ovf, M);
-        r.updown = ws->last_updown;
-        if (r.updown == TWELL_UPDOWN_SPLIT) ws->split_last_heavy = ws->counters_host->n_heavy;
-        // The share of the active units in rows the up/down computed (the rest: overflow rows, dense fallback).
-        const unsigned long long nnz_all = ws->counters_host->nnz;
-        ws->last_sparse_share = nnz_all > 0 ? (double)ws->counters_host->nnz_sparse / (double)nnz_all : 1.0;
-        if (n_ovf > 0)
-            twell_dense_ffn(mm, &ws->dense, ws->gated, X, Wg, Wu, WdT, Y, ws->ovf_list, n_ovf, ws->D, ws->F, NULL,
-                            stream);
         r.path = TWELL_PATH_SPARSE;
-        r.n_overflow = n_ovf;
-        r.mean_nnz = (double)ws->counters_host->nnz / (double)M;
-        ws->last_mean_nnz = r.mean_nnz;
-        ws->last_ovf_frac = (double)n_ovf / (double)M;
+        r.updown = ws->last_updown;
+        const int sync = !tile_device || (!capturing && ws->last_ovf_frac * M > TWELL_OVF_DEVICE_ROWS);
+        if (sync) {
+            twell_ffn_poll_tile_stats(ws, 1);  // an earlier call's copy in flight lands first (same buffer)
+            cudaCheck(cudaMemcpyAsync(ws->counters_host, ws->counters, sizeof(TwellCounters), cudaMemcpyDeviceToHost,
+                                      stream));
+            cudaCheck(cudaStreamSynchronize(stream));
+            twell_ffn_take_tile_stats(ws, M);
+            ws->tile_host_syncs++;
+            const int n_ovf = ws->counters_host->n_ovf;
+            if (n_ovf > 0)
+                twell_dense_ffn(mm, &ws->dense, ws->gated, X, Wg, Wu, WdT, Y, ws->ovf_list, n_ovf, ws->D, ws->F, NULL,
+                                stream);
+            r.synced = 1;
+            r.n_overflow = n_ovf;
+            r.mean_nnz = ws->last_mean_nnz;
+        } else {
+            // the overflow rows (ovf_list, their number counters->n_ovf on the device) in one cooperative launch
+            TtDenseRows a;
+            memset(&a, 0, sizeof a);
+            a.X = X; a.Wgate = W1; a.Wu = Wu; a.WdT = WdT; a.out = Y;
+            a.rows = ws->ovf_list; a.n_dev = &ws->counters->n_ovf;
+            a.xd = ws->dense.xg; a.yd = ws->dense.yg; a.g = ws->dense.g; a.u = ws->dense.u; a.part = ws->dr_part;
+            a.D = ws->D; a.F = ws->F; a.gated = ws->gated; a.Rc = ws->dense.chunk_rows;
+            a.split_F = ws->dr_split_F; a.split_D = ws->dr_split_D;
+            void *args[] = {&a};
+            cudaCheck(cudaLaunchCooperativeKernel((const void *)tt_dense_rows_fwd_kernel, ws->dr_grid, 256, args, 0,
+                                                  stream));
+            if (!capturing && !ws->tile_stats_pending) {  // the counts come back without a sync, taken at a later call
+                cudaCheck(cudaMemcpyAsync(ws->counters_host, ws->counters, sizeof(TwellCounters),
+                                          cudaMemcpyDeviceToHost, stream));
+                cudaCheck(cudaEventRecord(ws->tile_stats_ready, stream));
+                ws->tile_stats_pending = 1;
+                ws->tile_stats_pending_M = M;
+            }
+        }
     }
     twell_ffn_count_end(ws, async_nnz, M, stream);
     ws->last_path = r.path;
@@ -592,8 +690,8 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
 
 // Measures the dispatch model on the caller's data (X: M rows of real activations) and this GPU: times the dense FFN,
 // the gate (-> TwELL), the up/down on that TwELL, the up/down on an EMPTY TwELL (all counts 0: the fixed cost of
-// reading X and writing Y) and the whole sparse call (gate, up/down, host sync, dense fallback of the overflow
-// rows), each the median of `reps` runs, then
+// reading X and writing Y) and the whole sparse call (gate, up/down, the overflow rows' dense FFN; with or without
+// the host sync, as the workspace's tile_sync), each the median of `reps` runs, then
 //   s0 = (gate + updown_empty) / dense,  s1 = (updown - updown_empty) / (sparse_nnz * dense)
 // (sparse_nnz: the active units per token in rows the up/down computed), and anchors the model on the whole call's
 // measured ratio R = sparse / dense: with overflow rows (over 1% of M) fovf takes the rest, R - s0 - s1 * sparse_nnz
@@ -608,8 +706,9 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
                                       const bf16 *Wu, const bf16 *WdT, bf16 *Y, int M, int reps, cudaStream_t stream) {
     if (reps < 1) reps = 1;
     if (reps > 64) reps = 64;
-    const int decode_rows = ws->decode_rows;
+    const int decode_rows = ws->decode_rows, tile_sync = ws->tile_sync;
     ws->decode_rows = 0;  // the tile path is measured, whatever M
+    ws->tile_sync = 1;    // the warm call returns its counts; the whole call (which = 4) is timed in the caller's mode
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
@@ -633,8 +732,11 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
                 if (which == 0)
                     err = twell_ffn_forward(mm, ws, X, Wg, Wu, WdT, Y, M, TWELL_PATH_DENSE, -1, NULL, stream);
                 else if (which == 1) err = twell_gate_forward(mm, ws, X, W1, M, stream);
-                else if (which == 4)
+                else if (which == 4) {
+                    ws->tile_sync = tile_sync;
                     err = twell_ffn_forward(mm, ws, X, Wg, Wu, WdT, Y, M, TWELL_PATH_SPARSE, -1, NULL, stream);
+                    ws->tile_sync = 1;
+                }
                 else err = twell_ffn_updown(ws, X, Wu, WdT, Y, M, stream);
             }
             cudaCheck(cudaEventRecord(e1, stream));
@@ -650,6 +752,8 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
     cudaCheck(cudaEventDestroy(e0));
     cudaCheck(cudaEventDestroy(e1));
     ws->decode_rows = decode_rows;
+    ws->tile_sync = tile_sync;
+    twell_ffn_read_tile_stats(ws);  // a copy of the timed calls in flight lands now, not in the next call's dispatch
     if (err) return err;
     const double sparse_nnz = r.mean_nnz * ws->last_sparse_share;  // per token, in rows the up/down computed
     if (!twell_dispatch_fit(&ws->model, t, sparse_nnz, r.n_overflow > 0 ? (double)r.n_overflow / M : 0.0)) {
@@ -661,6 +765,8 @@ static inline int twell_ffn_calibrate(MatmulContext *mm, TwellFFNWorkspace *ws, 
     ws->last_mean_nnz = -1.0;
     ws->last_ovf_frac = 0.0;
     ws->last_path = 0;
+    ws->tile_host_syncs = ws->tile_rows = ws->tile_ovf_rows = 0;  // the totals count the caller's calls
+    ws->tile_nnz = 0.0;
     return TWELL_OK;
 }
 

@@ -299,7 +299,10 @@ static int run_engine(const ModelConfig *c, const float *pf, const int *tok, con
     long long dec = 0, tile = 0, dns = 0, ovf = 0;
     for (int l = 0; l < c->n_layer; l++) {
         dec += m.stats[l].calls_decode; tile += m.stats[l].calls_tile; dns += m.stats[l].calls_dense;
-        ovf += m.stats[l].overflow_rows;
+        if (m.ws) {  // the TwELL modes: the tile calls' counts come back without a sync (tile_sync 0)
+            twell_ffn_read_tile_stats(&m.ws[l]);
+            ovf += m.ws[l].tile_ovf_rows;
+        }
     }
     printf("  %-18s %d calls: worst rel err %.3e (tol 2e-2); FFN calls decode %lld, tile %lld (overflow rows %lld), "
            "dense %lld%s\n", run_name(kind), nsteps, worst, dec, tile, ovf, dns, failures ? "  <-- FAIL" : "");

@@ -913,6 +913,102 @@ static void test_decode(void **state) {
     }
 }
 
+// The tile path without a host sync (tile_sync 0, what infer's prefill runs): the overflow rows on the device's
+// dense-row kernel (their number read on the device) against the float64 reference, the rows that do not overflow
+// bit-identical to the synced call's (same gate and up/down), the counts taken later equal to the CPU packer's,
+// deterministic, captured in a CUDA graph and replayed to the same bits; with many overflow rows expected the call
+// syncs for cuBLASLt (counted) and gives the synced call's bits. Gated and non-gated, mixed rows and all rows full.
+static void test_tile_no_sync(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    typedef struct { int M, D, F, gated, kind; } TShape;
+    const TShape shapes[] = {{1000, 256, 1024, 1, ROW_MIX}, {300, 128, 768, 0, ROW_MIX}, {130, 128, 512, 1, ROW_ALL_FULL},
+                             {77, 2048, 5632, 1, ROW_MIX}};
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const TShape sh = shapes[i];
+        Problem P;
+        problem_make(&P, sh.M, sh.D, sh.F, 8, sh.gated, sh.kind, 0, g_seed + 9700 + 31 * i);
+        TwellShape tsh;
+        twell_shape_init(&tsh, P.M, P.F, P.C);
+        std::vector<uint32_t> tw((size_t)P.M * tsh.row_words);
+        std::vector<int> ovf_rows(P.M);
+        uint64_t nnz = 0;
+        const int n_ovf = twell_pack_cpu(&tsh, P.pre.data(), (size_t)P.F, tw.data(), ovf_rows.data(), &nnz);
+        std::vector<char> is_ovf(P.M, 0);
+        for (int k = 0; k < n_ovf; k++) is_ovf[ovf_rows[k]] = 1;
+        TwellFFNWorkspace ws;
+        assert_int_equal(twell_ffn_workspace_create(&ws, P.M, P.D, P.F, 8, P.gated), TWELL_OK);
+        assert_int_equal(twell_ffn_set_decode_rows(&ws, 0), TWELL_OK);
+        assert_true(ws.dr_grid > 0);  // D % 128 == 0: the dense-row kernel can run
+        const size_t n = (size_t)P.M * P.D;
+        std::vector<uint16_t> y_sync(n), y_dev(n), y2(n);
+        TwellFFNResult r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "tile, synced");
+        assert_int_equal(r.synced, 1);
+        assert_int_equal(r.n_overflow, n_ovf);
+        cudaCheck(cudaMemcpy(y_sync.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+        ws.tile_sync = 0;
+        ws.last_ovf_frac = 0.0;  // no overflow rows expected: the device's dense-row kernel
+        const long long syncs = ws.tile_host_syncs, ovf_before = ws.tile_ovf_rows, rows_before = ws.tile_rows;
+        r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "tile, no sync");
+        assert_int_equal(r.synced, 0);
+        assert_int_equal(r.n_overflow, -1);
+        assert_true(r.mean_nnz == -1.0);
+        cudaCheck(cudaMemcpy(y_dev.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+        twell_ffn_read_tile_stats(&ws);
+        assert_int_equal(ws.tile_host_syncs, syncs);
+        assert_int_equal(ws.tile_ovf_rows - ovf_before, n_ovf);
+        assert_int_equal(ws.tile_rows - rows_before, P.M);
+        assert_true(ws.last_mean_nnz == (double)nnz / P.M);
+        int differ = 0;
+        for (int m = 0; m < P.M; m++)
+            if (!is_ovf[m] && memcmp(&y_sync[(size_t)m * P.D], &y_dev[(size_t)m * P.D], (size_t)P.D * 2)) differ++;
+        if (differ) fail_msg("%d rows without overflow differ between the synced and the unsynced call", differ);
+        ws.last_ovf_frac = 0.0;
+        check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "tile, no sync, again");
+        cudaCheck(cudaMemcpy(y2.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+        assert_memory_equal(y_dev.data(), y2.data(), n * 2);
+        // Captured: the same bits at every replay.
+        twell_ffn_read_tile_stats(&ws);
+        ws.last_ovf_frac = 0.0;
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        const int e = twell_ffn_forward(&g_mm, &ws, P.dX, P.gated ? P.dW1 : NULL, P.gated ? P.dWu : P.dW1, P.dWdT,
+                                        P.dY, P.M, TWELL_PATH_SPARSE, -1, &r, s);
+        cudaCheck(cudaStreamEndCapture(s, &graph));
+        assert_int_equal(e, TWELL_OK);
+        assert_int_equal(r.synced, 0);
+        cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+        for (int rep = 0; rep < 2; rep++) {
+            cudaCheck(cudaMemset(P.dY, 0xFF, n * 2));
+            cudaCheck(cudaGraphLaunch(exec, s));
+            wait_or_die(s, 20.0, "tile path graph");
+            cudaCheck(cudaMemcpy(y2.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+            assert_memory_equal(y_dev.data(), y2.data(), n * 2);
+        }
+        cudaCheck(cudaGraphExecDestroy(exec));
+        cudaCheck(cudaGraphDestroy(graph));
+        // Many overflow rows expected: the call syncs (counted) and runs cuBLASLt: the synced call's bits.
+        if (P.M > TWELL_OVF_DEVICE_ROWS) {
+            ws.last_ovf_frac = 1.0;
+            r = check_ffn(&P, &ws, TWELL_PATH_SPARSE, -1, "tile, no sync, many overflow rows expected");
+            assert_int_equal(r.synced, 1);
+            assert_int_equal(r.n_overflow, n_ovf);
+            assert_int_equal(ws.tile_host_syncs, syncs + 1);
+            cudaCheck(cudaMemcpy(y2.data(), P.dY, n * 2, cudaMemcpyDeviceToHost));
+            assert_memory_equal(y_sync.data(), y2.data(), n * 2);
+        }
+        printf("    M=%d D=%d F=%d gated=%d: %d overflow rows on the device's count, counts taken later, graph "
+               "replays bit-identical\n", P.M, P.D, P.F, P.gated, n_ovf);
+        assert_true(n_ovf > 0);
+        twell_ffn_workspace_free(&ws);
+        problem_free(&P);
+    }
+    cudaCheck(cudaStreamDestroy(s));
+}
+
 // The decode and dense paths under stream capture (a CUDA graph): the graph's output equals the direct call's bit
 // for bit; the tile path, which syncs the host, is refused with an error under capture; the workspace keeps
 // working after.
@@ -1165,6 +1261,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dispatch),           cmocka_unit_test(test_shared_workspaces),
         cmocka_unit_test(test_same_function),
         cmocka_unit_test(test_calibrate),
+        cmocka_unit_test(test_tile_no_sync),
         cmocka_unit_test(test_decode),              cmocka_unit_test(test_decode_graph),
         cmocka_unit_test(test_decode_pdl),
     };

@@ -11,6 +11,8 @@ exec > >(tee -a "$OUT/auto_nongated.log") 2>&1
 t0=$(date +%s)
 el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 [ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
+# a carried binary was linked on the dev box without .deps' rpath: it finds cJSON through this
+export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name --format=csv,noheader
 make -j"$(nproc)" build/train_gpt_relu build/infer > /tmp/ng_build.log 2>&1 || { tail -30 /tmp/ng_build.log; exit 1; }
 el; echo built
@@ -24,9 +26,13 @@ DATA=data/starter
 echo "$(el) train rc=$?"; grep -iE "step +800|switch|val" "$OUT/train.log" | tail -6
 ck=$(ls -d $W/ckpt_* | tail -1)
 for s in 8 1; do
-  ./build/infer --ckpt "$ck" --bench --samples $s --prompt-len 448 --tokens 32 --reps 3 --energy-ms 0 --stats \
-    > /tmp/ng_bench_$s.txt 2>&1; echo "$(el) bench samples $s rc=$?"
-  sed -n '/^bench:/,/^greedy tokens/p' /tmp/ng_bench_$s.txt; grep "ms/step on the GPU" /tmp/ng_bench_$s.txt
+  for b in build/infer_base build/infer; do  # build/infer_base: another commit's binary, carried (optional)
+    [ -x $b ] || continue
+    $b --ckpt "$ck" --bench --samples $s --prompt-len 448 --tokens 32 --reps 3 --energy-ms 0 --stats \
+      > /tmp/ng_bench_$s.txt 2>&1; echo "$(el) $b bench samples $s rc=$?"
+    sed -n '/^bench:/,/^greedy tokens/p' /tmp/ng_bench_$s.txt; grep "ms/step on the GPU" /tmp/ng_bench_$s.txt
+    sed -n '/^FFN per layer (auto)/,$p' /tmp/ng_bench_$s.txt | head -14
+  done
 done
 SAMPLES=4 bash dev/device/greedy_same.sh "$ck"; SAMPLES=1 bash dev/device/greedy_same.sh "$ck"
 el

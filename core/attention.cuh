@@ -377,6 +377,14 @@ __device__ __forceinline__ void attn_load_tile(bf16 *tile, const bf16 *base, siz
 // Forward tiles: MT m-tiles (16 rows each) per warp, so a CTA of 4 warps owns BM = 64*MT query rows.
 // MT = 1 is version 1 (64 rows per CTA); MT = 2 (128 rows, hd <= 64) makes every K/V fragment loaded from shared
 // memory feed two mma instead of one (ldmatrix:mma 1:4 instead of 1:2; shared-memory bandwidth was the limit).
+// Optional output of the forward (inference prefill): the keys and values also written to a KV cache
+// kc, vc [B, S, KVH * HD] at positions 0 .. T-1 (model/infer_engine.cuh's layout), so that no separate copy kernel
+// reads them again. kc == NULL: none.
+typedef struct {
+    bf16 *kc, *vc;
+    int S;
+} AttnKVCache;
+
 template <int HD, int MT>
 static constexpr size_t attn_fwd_smem_bytes() {
     return (size_t)(64 * MT + 4 * ATTN_BN) * (HD + 8) * sizeof(bf16);
@@ -385,10 +393,12 @@ static constexpr size_t attn_fwd_smem_bytes() {
 // grid (ceil(T/(64*MT)), H, B), 128 threads. Warp w owns query rows q0 + 16*MT*w .. +16*MT-1 (m-tile mt: rows
 // q0 + 16*(MT*w + mt) ..). Online softmax in the log2 domain: p = 2^(s*scale_log2 - m), m the running max of
 // s*scale_log2. Key blocks entirely after all rows of a warp are skipped by that warp (it still takes the barriers).
+// cache.kc != NULL: the key blocks on the diagonal of this query block (keys q0 .. q0 + BM - 1, each key in exactly
+// one query block's diagonal) go from shared memory to the cache, written by the first query head of the group.
 template <int HD, int MT>
 static __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
     attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T, int H, int KVH,
-                    float scale_log2) {
+                    float scale_log2, const AttnKVCache cache) {
     static_assert(MT == 1 || (MT == 2 && HD <= 64), "attn_fwd_kernel: MT = 2 only for hd <= 64 (registers)");
     constexpr int LD = HD + 8, BM = 64 * MT, BN = ATTN_BN, CH = HD / 8, WR = 16 * MT;
     extern __shared__ __align__(16) unsigned char attn_smem[];
@@ -434,6 +444,17 @@ static __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
             attn_load_tile<HD>(sV + nb * BN * LD, vb, kvs, (j + 1) * BN, BN, T, tid);
         }
         tc_cp_async_commit();
+        if (cache.kc && j * BN >= q0 && h % (H / KVH) == 0) {  // a diagonal key block: into the cache
+            const bf16 *tk = sK + (j & 1) * BN * LD, *tv = sV + (j & 1) * BN * LD;
+            for (int i = tid; i < BN * CH; i += ATTN_THREADS) {
+                const int r = i / CH, c = i - r * CH, row = j * BN + r;
+                if (row < T) {
+                    const size_t o = ((size_t)b * cache.S + row) * kvs + (size_t)kvh * HD + 8 * c;
+                    *reinterpret_cast<uint4 *>(cache.kc + o) = *reinterpret_cast<const uint4 *>(tk + r * LD + 8 * c);
+                    *reinterpret_cast<uint4 *>(cache.vc + o) = *reinterpret_cast<const uint4 *>(tv + r * LD + 8 * c);
+                }
+            }
+        }
         if (j == 0) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -1001,12 +1022,12 @@ static __global__ void attn_dq_convert_kernel(bf16 *dq, const float *dq_acc, siz
 
 template <int HD, int MT>
 static inline void attention_forward_fast(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                                          int T, int H, int KVH, cudaStream_t stream) {
+                                          int T, int H, int KVH, cudaStream_t stream, AttnKVCache cache = {NULL, NULL, 0}) {
     size_t smem = attn_fwd_smem_bytes<HD, MT>();
     cudaCheck(cudaFuncSetAttribute(attn_fwd_kernel<HD, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(CEIL_DIV(T, 64 * MT), H, B);
     float scale_log2 = ATTN_LOG2E / sqrtf((float)HD);
-    attn_fwd_kernel<HD, MT><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, q, k, v, T, H, KVH, scale_log2);
+    attn_fwd_kernel<HD, MT><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, q, k, v, T, H, KVH, scale_log2, cache);
     cudaCheckLaunch();
 }
 
@@ -1047,11 +1068,11 @@ static inline void attention_backward_fast(bf16 *dq, bf16 *dk, bf16 *dv, const b
 template <int HD>
 static inline void attention_forward_fast_v(const AttnVariant *va, bf16 *out, float *lse, const bf16 *q,
                                             const bf16 *k, const bf16 *v, int B, int T, int H, int KVH,
-                                            cudaStream_t stream) {
+                                            cudaStream_t stream, AttnKVCache cache) {
     if constexpr (HD <= 64) {
-        if (va->fwd_mt == 2) return attention_forward_fast<HD, 2>(out, lse, q, k, v, B, T, H, KVH, stream);
+        if (va->fwd_mt == 2) return attention_forward_fast<HD, 2>(out, lse, q, k, v, B, T, H, KVH, stream, cache);
     }
-    attention_forward_fast<HD, 1>(out, lse, q, k, v, B, T, H, KVH, stream);
+    attention_forward_fast<HD, 1>(out, lse, q, k, v, B, T, H, KVH, stream, cache);
 }
 
 template <int HD>
@@ -1073,17 +1094,27 @@ static inline void attention_backward_fast_v(const AttnVariant *va, bf16 *dq, bf
 // ------------------------------------------------------------------------------------------------
 // Public entry points
 
-static inline void attention_forward_variant(const AttnVariant *va, bf16 *out, float *lse, const bf16 *q,
-                                             const bf16 *k, const bf16 *v, int B, int T, int H, int KVH, int hd,
-                                             cudaStream_t stream) {
+// cache (may be NULL): also write k, v into a KV cache (AttnKVCache), which the fast path does; returns 1 if it was
+// written, 0 if not (the simple path: the caller copies them).
+static inline int attention_forward_variant(const AttnVariant *va, bf16 *out, float *lse, const bf16 *q,
+                                            const bf16 *k, const bf16 *v, int B, int T, int H, int KVH, int hd,
+                                            cudaStream_t stream, const AttnKVCache *cache = NULL) {
     const void *ptrs[5] = {out, lse, q, k, v};
     attention_check_args("attention_forward", ptrs, 5, B, T, H, KVH, hd);
     attention_check_variant("attention_forward", va);
+    if (cache && (!cache->kc || !cache->vc || cache->S < T || (((uintptr_t)cache->kc | (uintptr_t)cache->vc) & 15)))
+        SLLM_FATAL("attention_forward: KV cache kc=%p vc=%p S=%d (16-byte aligned, S >= T=%d)", (void *)cache->kc,
+                   (void *)cache->vc, cache->S, T);
+    const AttnKVCache c = cache ? *cache : AttnKVCache{NULL, NULL, 0};
     const int fast = va->path == ATTN_PATH_FAST;
-    if (fast && hd == 64) attention_forward_fast_v<64>(va, out, lse, q, k, v, B, T, H, KVH, stream);
-    else if (fast && hd == 128) attention_forward_fast_v<128>(va, out, lse, q, k, v, B, T, H, KVH, stream);
-    else if (fast && hd == 32) attention_forward_fast_v<32>(va, out, lse, q, k, v, B, T, H, KVH, stream);
-    else attention_forward_simple(out, lse, q, k, v, B, T, H, KVH, hd, stream);
+    if (fast && hd == 64) attention_forward_fast_v<64>(va, out, lse, q, k, v, B, T, H, KVH, stream, c);
+    else if (fast && hd == 128) attention_forward_fast_v<128>(va, out, lse, q, k, v, B, T, H, KVH, stream, c);
+    else if (fast && hd == 32) attention_forward_fast_v<32>(va, out, lse, q, k, v, B, T, H, KVH, stream, c);
+    else {
+        attention_forward_simple(out, lse, q, k, v, B, T, H, KVH, hd, stream);
+        return 0;
+    }
+    return cache != NULL;
 }
 
 static inline void attention_backward_variant(const AttnVariant *va, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
@@ -1123,10 +1154,10 @@ static inline void attention_backward_path(AttnPath path, bf16 *dq, bf16 *dk, bf
 
 // The binding API (core/attention.cuh in apis.md): variant from SLLM_ATTN / SLLM_ATTN_FWD / SLLM_ATTN_BWD
 // (defaults: fast, v2, det).
-static inline void attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
-                                     int H, int KVH, int hd, cudaStream_t stream) {
+static inline int attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
+                                    int H, int KVH, int hd, cudaStream_t stream, const AttnKVCache *cache = NULL) {
     AttnVariant va = attention_variant_from_env();
-    attention_forward_variant(&va, out, lse, q, k, v, B, T, H, KVH, hd, stream);
+    return attention_forward_variant(&va, out, lse, q, k, v, B, T, H, KVH, hd, stream, cache);
 }
 
 static inline void attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,

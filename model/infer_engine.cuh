@@ -13,8 +13,9 @@
 //               next matmul; qkv [N, Q + 2 KV] (q [N, Q], k [N, KV], v [N, KV]); att [N, Q]; y [N, D]; gu [G, N, F]
 //               and h [N, F] (dense FFN only); lnf [N, D]; logits fp32 [B, V] (the last row of each sequence), or
 //               [N, V] with all_logits
-// Attention: the first chunk (pos == 0) runs the training kernel over its own rows (core/attention.cuh); later chunks
-// and decoding steps read the cache (core/kv_attention.cuh). Both write the new rows' k, v into the cache first.
+// Attention: the first chunk (pos == 0) runs the training kernel over its own rows (core/attention.cuh), which also
+// writes their k, v into the cache from shared memory; later chunks and decoding steps write the new rows' k, v into
+// the cache first, then read it (core/kv_attention.cuh).
 // The position is staged to the device (d_pos) with the tokens, and the RoPE, cache-write and attention kernels read it
 // there, so a decoding step can be captured once as a CUDA graph and replayed at every position (infer_decode, with
 // use_graph): one launch per step instead of ~10 per layer. The graph is captured at the second decoding step (the
@@ -488,10 +489,14 @@ static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
             infer_qkv_gemv(m, &bs, &w, in, kc, vc, N);
         } else {
             block_qkv_rope(&m->mm, &bs, &w, q, k, v, m->ln, m->rope, N, T, m->d_pos, s);
-            kv_cache_write(kc, vc, k, v, B, T, 0, m->d_pos, S, KV, s);
+            // the first chunk's attention writes its keys and values into the cache itself (positions 0 .. T-1)
+            if (!first_chunk) kv_cache_write(kc, vc, k, v, B, T, 0, m->d_pos, S, KV, s);
         }
-        if (first_chunk) attention_forward(m->att, m->lse, q, k, v, B, T, H, KVH, hd, s);
-        else if (T == 1) kv_decode_attention(m->att, q, kc, vc, B, 0, m->d_pos, S, H, KVH, hd, &m->kvd, s);
+        if (first_chunk) {
+            const AttnKVCache cache = {kc, vc, S};
+            if (!attention_forward(m->att, m->lse, q, k, v, B, T, H, KVH, hd, s, &cache))
+                kv_cache_write(kc, vc, k, v, B, T, 0, m->d_pos, S, KV, s);  // the simple path does not
+        } else if (T == 1) kv_decode_attention(m->att, q, kc, vc, B, 0, m->d_pos, S, H, KVH, hd, &m->kvd, s);
         else kv_attention(m->att, q, kc, vc, B, T, 0, m->d_pos, S, H, KVH, hd, s);
         if (gemv) {
             gemv_rows(m->y, gemv_in(m->att), w.wo, N, D, Q, s);

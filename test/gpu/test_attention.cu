@@ -413,12 +413,79 @@ static void test_large_hd64(void **state) {
     run_shape((Shape){2, 1024, 8, 8, 64}, 1, 1);
 }
 
+// The forward's optional KV-cache output (the inference prefill): the fast kernels write k, v bit for bit into rows
+// 0 .. T-1 of each sequence of a cache with S > T positions (from shared memory, the diagonal key blocks), leave the
+// rows past T untouched and give the same out bits as without the cache; the simple path writes nothing and says so.
+static void test_kv_cache_write(void **state) {
+    (void)state;
+    if (!cuda_device_available()) skip();
+    const Shape shapes[] = {{2, 257, 4, 2, 64}, {2, 100, 4, 4, 128}, {1, 65, 4, 1, 32}, {2, 1, 4, 4, 64},
+                            {1, 33, 4, 2, 48}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const Shape sh = shapes[si];
+        const int S = sh.T + 37, kvw = sh.KVH * sh.hd;
+        const size_t nq = (size_t)sh.B * sh.T * sh.H * sh.hd, nkv = (size_t)sh.B * sh.T * kvw, nl = (size_t)sh.B * sh.H * sh.T;
+        const size_t ncache = (size_t)sh.B * S * kvw;
+        Rng rng;
+        rng_seed(&rng, g_seed + 71 * si);
+        float *q = (float *)sllm_malloc(nq * 4), *k = (float *)sllm_malloc(nkv * 4), *v = (float *)sllm_malloc(nkv * 4);
+        fill_bf16_normal(&rng, q, nq, 1.5);
+        fill_bf16_normal(&rng, k, nkv, 1.0);
+        fill_bf16_normal(&rng, v, nkv, 1.0);
+        bf16 *d_q, *d_k, *d_v, *d_out, *d_kc, *d_vc;
+        float *d_lse;
+        cudaCheck(cudaMalloc(&d_q, nq * 2)); cudaCheck(cudaMalloc(&d_k, nkv * 2)); cudaCheck(cudaMalloc(&d_v, nkv * 2));
+        cudaCheck(cudaMalloc(&d_out, nq * 2)); cudaCheck(cudaMalloc(&d_lse, nl * 4));
+        cudaCheck(cudaMalloc(&d_kc, ncache * 2)); cudaCheck(cudaMalloc(&d_vc, ncache * 2));
+        upload_bf16(d_q, q, nq); upload_bf16(d_k, k, nkv); upload_bf16(d_v, v, nkv);
+        uint16_t *hk = (uint16_t *)sllm_malloc(nkv * 2), *hv = (uint16_t *)sllm_malloc(nkv * 2);
+        uint16_t *hkc = (uint16_t *)sllm_malloc(ncache * 2), *hvc = (uint16_t *)sllm_malloc(ncache * 2);
+        uint16_t *o1 = (uint16_t *)sllm_malloc(nq * 2), *o2 = (uint16_t *)sllm_malloc(nq * 2);
+        cudaCheck(cudaMemcpy(hk, d_k, nkv * 2, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(hv, d_v, nkv * 2, cudaMemcpyDeviceToHost));
+        for (size_t pass = 0; pass < sizeof k_variants / sizeof k_variants[0]; pass++) {
+            const AttnVariant *va = &k_variants[pass].v;
+            poison(d_out, nq * 2);
+            attention_forward_variant(va, d_out, d_lse, d_q, d_k, d_v, sh.B, sh.T, sh.H, sh.KVH, sh.hd, 0);
+            cudaCheck(cudaMemcpy(o1, d_out, nq * 2, cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemset(d_kc, 0xAB, ncache * 2));
+            cudaCheck(cudaMemset(d_vc, 0xCD, ncache * 2));
+            poison(d_out, nq * 2);
+            const AttnKVCache cache = {d_kc, d_vc, S};
+            const int wrote = attention_forward_variant(va, d_out, d_lse, d_q, d_k, d_v, sh.B, sh.T, sh.H, sh.KVH,
+                                                        sh.hd, 0, &cache);
+            cudaCheck(cudaDeviceSynchronize());
+            cudaCheck(cudaMemcpy(o2, d_out, nq * 2, cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(hkc, d_kc, ncache * 2, cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(hvc, d_vc, ncache * 2, cudaMemcpyDeviceToHost));
+            assert_memory_equal(o1, o2, nq * 2);
+            const int fast = va->path == ATTN_PATH_FAST && attention_fast_supported(sh.hd);
+            assert_int_equal(wrote, fast);
+            size_t bad = 0;
+            for (int b = 0; b < sh.B; b++)
+                for (int t = 0; t < S; t++)
+                    for (int c = 0; c < kvw; c++) {
+                        const size_t ci = ((size_t)b * S + t) * kvw + c, si2 = ((size_t)b * sh.T + t) * kvw + c;
+                        const int in = wrote && t < sh.T;
+                        if (hkc[ci] != (in ? hk[si2] : 0xABAB) || hvc[ci] != (in ? hv[si2] : 0xCDCD)) bad++;
+                    }
+            printf("  %-6s B=%d T=%4d H=%d KVH=%d hd=%3d S=%d: cache %s, %zu wrong elements, out same bits\n",
+                   k_variants[pass].name, sh.B, sh.T, sh.H, sh.KVH, sh.hd, S, wrote ? "written" : "untouched", bad);
+            assert_int_equal(bad, 0);
+        }
+        cudaCheck(cudaFree(d_q)); cudaCheck(cudaFree(d_k)); cudaCheck(cudaFree(d_v)); cudaCheck(cudaFree(d_out));
+        cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_kc)); cudaCheck(cudaFree(d_vc));
+        free(q); free(k); free(v); free(hk); free(hv); free(hkc); free(hvc); free(o1); free(o2);
+    }
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validate),        cmocka_unit_test(test_mha_hd64_odd_T),
         cmocka_unit_test(test_gqa_hd64),        cmocka_unit_test(test_hd128),
         cmocka_unit_test(test_hd32),            cmocka_unit_test(test_small_hd_fallback),
         cmocka_unit_test(test_large_hd64),      cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_kv_cache_write),
     };
     GPU_TEST_PREFLIGHT("test_attention", tests);
     g_seed = gpu_test_seed("test_attention");

@@ -41,8 +41,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "tc_utils.cuh"  // ldmatrix, mma, cp.async
+#include "attention_wgmma.cuh"  // the Hopper forward (variant fwd_mt 3)
 #include "cuda_common.cuh"
+#include "tc_utils.cuh"  // ldmatrix, mma, cp.async
 
 typedef enum { ATTN_PATH_FAST = 0, ATTN_PATH_SIMPLE = 1 } AttnPath;
 
@@ -85,7 +86,8 @@ static inline AttnPath attention_path_from_env(void) {
 typedef struct {
     AttnPath path;
     int fwd_mt;   // fast forward, m-tiles (16 rows) per warp: 1 = 64 query rows per CTA (v1), 2 = 128 rows (v2;
-                  // hd <= 64; hd 128 uses 1)
+                  // hd <= 64; hd 128 uses 1); 3 = the Hopper wgmma kernel (core/attention_wgmma.cuh; hd 64 on sm_90
+                  // without a KV-cache output, else v2)
     int bwd_det;  // fast backward: 1 = deterministic (dk/dv kernel + separate dq kernel), 0 = dq by fp32 atomics (v1)
     int dq_mt;    // deterministic dq kernel, m-tiles per warp: 1 (64 rows, 64-key blocks) or 2 (128 rows, 32-key
                   // blocks; hd <= 64; hd 128 uses 1)
@@ -103,7 +105,9 @@ static inline AttnVariant attention_variant_from_env(void) {
     const char *f = getenv("SLLM_ATTN_FWD"), *b = getenv("SLLM_ATTN_BWD");
     if (f && f[0] && strcmp(f, "v2") != 0) {
         if (strcmp(f, "v1") == 0) v.fwd_mt = 1;
-        else SLLM_FATAL("SLLM_ATTN_FWD=\"%s\": expected \"v2\" (128 rows per CTA) or \"v1\" (64 rows)", f);
+        else if (strcmp(f, "wg") == 0) v.fwd_mt = 3;
+        else SLLM_FATAL("SLLM_ATTN_FWD=\"%s\": expected \"v2\" (128 rows per CTA), \"v1\" (64 rows) or \"wg\" "
+                        "(the Hopper wgmma kernel, hd 64)", f);
     }
     if (b && b[0] && strcmp(b, "det") != 0) {
         if (strcmp(b, "atomic") == 0) v.bwd_det = 0;
@@ -115,8 +119,8 @@ static inline AttnVariant attention_variant_from_env(void) {
 static inline void attention_check_variant(const char *who, const AttnVariant *v) {
     if (v == NULL) SLLM_FATAL("%s: variant is NULL", who);
     if (v->path != ATTN_PATH_FAST && v->path != ATTN_PATH_SIMPLE) SLLM_FATAL("%s: bad path %d", who, (int)v->path);
-    if ((v->fwd_mt != 1 && v->fwd_mt != 2) || (v->dq_mt != 1 && v->dq_mt != 2) || (v->bwd_det != 0 && v->bwd_det != 1))
-        SLLM_FATAL("%s: bad variant fwd_mt=%d bwd_det=%d dq_mt=%d (expected 1|2, 0|1, 1|2)", who, v->fwd_mt,
+    if (v->fwd_mt < 1 || v->fwd_mt > 3 || (v->dq_mt != 1 && v->dq_mt != 2) || (v->bwd_det != 0 && v->bwd_det != 1))
+        SLLM_FATAL("%s: bad variant fwd_mt=%d bwd_det=%d dq_mt=%d (expected 1|2|3, 0|1, 1|2)", who, v->fwd_mt,
                    v->bwd_det, v->dq_mt);
 }
 
@@ -326,18 +330,6 @@ static inline void attention_backward_simple(bf16 *dq, bf16 *dk, bf16 *dv, const
 #define ATTN_THREADS 128 // 4 warps x 16 rows
 
 // 2^x (MUFU.EX2, flush-to-zero; 2^-inf = 0)
-__device__ __forceinline__ float attn_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-// Two floats -> bf16x2 (lo in the low half = the lower column index).
-__device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    return u;
-}
 
 // A fragment (16 x 16 at rows r0.., cols c0..) of a row-major [rows][ld] tile.
 __device__ __forceinline__ void attn_ldsm_a(uint32_t a[4], const bf16 *tile, int ld, int r0, int c0, int lane) {
@@ -512,16 +504,16 @@ static __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
                 mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
                 float mn = fmaxf(m[mt][i], mx[i] * scale_log2);
                 mref[i] = (mn == -INFINITY) ? 0.0f : mn;
-                alpha[i] = attn_exp2(m[mt][i] - mref[i]);  // 0 when m was -inf
+                alpha[i] = tc_exp2(m[mt][i] - mref[i]);  // 0 when m was -inf
                 m[mt][i] = mn;
                 l[mt][i] *= alpha[i];
             }
 #pragma unroll
             for (int nt = 0; nt < BN / 8; nt++) {
-                s[mt][nt][0] = attn_exp2(fmaf(s[mt][nt][0], scale_log2, -mref[0]));
-                s[mt][nt][1] = attn_exp2(fmaf(s[mt][nt][1], scale_log2, -mref[0]));
-                s[mt][nt][2] = attn_exp2(fmaf(s[mt][nt][2], scale_log2, -mref[1]));
-                s[mt][nt][3] = attn_exp2(fmaf(s[mt][nt][3], scale_log2, -mref[1]));
+                s[mt][nt][0] = tc_exp2(fmaf(s[mt][nt][0], scale_log2, -mref[0]));
+                s[mt][nt][1] = tc_exp2(fmaf(s[mt][nt][1], scale_log2, -mref[0]));
+                s[mt][nt][2] = tc_exp2(fmaf(s[mt][nt][2], scale_log2, -mref[1]));
+                s[mt][nt][3] = tc_exp2(fmaf(s[mt][nt][3], scale_log2, -mref[1]));
                 l[mt][0] += s[mt][nt][0] + s[mt][nt][1];
                 l[mt][1] += s[mt][nt][2] + s[mt][nt][3];
             }
@@ -539,10 +531,10 @@ static __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
             uint32_t a[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                a[mt][0] = attn_pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                a[mt][1] = attn_pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                a[mt][2] = attn_pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                a[mt][3] = attn_pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                a[mt][0] = tc_pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = tc_pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = tc_pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = tc_pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
             }
 #pragma unroll
             for (int dp = 0; dp < HD / 16; dp++) {
@@ -577,9 +569,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
 #pragma unroll
         for (int dt = 0; dt < HD / 8; dt++) {
             *reinterpret_cast<uint32_t *>(so + g * LD + dt * 8 + 2 * t) =
-                attn_pack_bf16(o[mt][dt][0] * inv0, o[mt][dt][1] * inv0);
+                tc_pack_bf16x2(o[mt][dt][0] * inv0, o[mt][dt][1] * inv0);
             *reinterpret_cast<uint32_t *>(so + (g + 8) * LD + dt * 8 + 2 * t) =
-                attn_pack_bf16(o[mt][dt][2] * inv1, o[mt][dt][3] * inv1);
+                tc_pack_bf16x2(o[mt][dt][2] * inv1, o[mt][dt][3] * inv1);
         }
     }
     __syncwarp();
@@ -713,7 +705,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq
                 int qc = nt * 8 + 2 * t + (e & 1);
                 // (v1 and hd 128 keep exp2f: there ex2.approx + fma made ptxas spill at 255 registers)
                 float p = (DQ || HD > 64) ? exp2f(s[nt][e] * scale_log2 - cL[qc])
-                                          : attn_exp2(fmaf(s[nt][e], scale_log2, -cL[qc]));
+                                          : tc_exp2(fmaf(s[nt][e], scale_log2, -cL[qc]));
                 if (need_mask && q0 + qc < ((e < 2) ? key_a : key_b)) p = 0.0f;
                 s[nt][e] = p;
             }
@@ -721,9 +713,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq
         // dV += P^T dO
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
-            uint32_t a[4] = {attn_pack_bf16(s[2 * kk][0], s[2 * kk][1]), attn_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                             attn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             attn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t a[4] = {tc_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), tc_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                             tc_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             tc_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
             for (int dp = 0; dp < HD / 16; dp++) {
                 uint32_t bfr[4];
@@ -764,17 +756,17 @@ static __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq
             dpt[nt][2] = s[nt][2] * (dpt[nt][2] - d0);
             dpt[nt][3] = s[nt][3] * (dpt[nt][3] - d1);
             if (DQ) {
-                *reinterpret_cast<uint32_t *>(wdS + g * LDS + qc) = attn_pack_bf16(dpt[nt][0], dpt[nt][1]);
-                *reinterpret_cast<uint32_t *>(wdS + (g + 8) * LDS + qc) = attn_pack_bf16(dpt[nt][2], dpt[nt][3]);
+                *reinterpret_cast<uint32_t *>(wdS + g * LDS + qc) = tc_pack_bf16x2(dpt[nt][0], dpt[nt][1]);
+                *reinterpret_cast<uint32_t *>(wdS + (g + 8) * LDS + qc) = tc_pack_bf16x2(dpt[nt][2], dpt[nt][3]);
             }
         }
         // dK += dS^T Q
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
-            uint32_t a[4] = {attn_pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]),
-                             attn_pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
-                             attn_pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                             attn_pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+            uint32_t a[4] = {tc_pack_bf16x2(dpt[2 * kk][0], dpt[2 * kk][1]),
+                             tc_pack_bf16x2(dpt[2 * kk][2], dpt[2 * kk][3]),
+                             tc_pack_bf16x2(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                             tc_pack_bf16x2(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
 #pragma unroll
             for (int dp = 0; dp < HD / 16; dp++) {
                 uint32_t bfr[4];
@@ -825,13 +817,13 @@ static __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq
         int col = dt * 8 + 2 * t;
         if (key_a < T) {
             *reinterpret_cast<uint32_t *>(dkb + (size_t)key_a * kvs + col) =
-                attn_pack_bf16(dka[dt][0] * scale, dka[dt][1] * scale);
-            *reinterpret_cast<uint32_t *>(dvb + (size_t)key_a * kvs + col) = attn_pack_bf16(dva[dt][0], dva[dt][1]);
+                tc_pack_bf16x2(dka[dt][0] * scale, dka[dt][1] * scale);
+            *reinterpret_cast<uint32_t *>(dvb + (size_t)key_a * kvs + col) = tc_pack_bf16x2(dva[dt][0], dva[dt][1]);
         }
         if (key_b < T) {
             *reinterpret_cast<uint32_t *>(dkb + (size_t)key_b * kvs + col) =
-                attn_pack_bf16(dka[dt][2] * scale, dka[dt][3] * scale);
-            *reinterpret_cast<uint32_t *>(dvb + (size_t)key_b * kvs + col) = attn_pack_bf16(dva[dt][2], dva[dt][3]);
+                tc_pack_bf16x2(dka[dt][2] * scale, dka[dt][3] * scale);
+            *reinterpret_cast<uint32_t *>(dvb + (size_t)key_b * kvs + col) = tc_pack_bf16x2(dva[dt][2], dva[dt][3]);
         }
     }
 }
@@ -957,7 +949,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 2)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int i = e >> 1;
-                    float p = attn_exp2(fmaf(s[mt][nt][e], scale_log2, -Lr[mt][i]));
+                    float p = tc_exp2(fmaf(s[mt][nt][e], scale_log2, -Lr[mt][i]));
                     if (need_mask && k0 + nt * 8 + 2 * t + (e & 1) > (i ? row_b : row_a)) p = 0.0f;
                     s[mt][nt][e] = p * (dp[mt][nt][e] - Dr[mt][i]);
                 }
@@ -968,10 +960,10 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 2)
             uint32_t a[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                a[mt][0] = attn_pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                a[mt][1] = attn_pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                a[mt][2] = attn_pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                a[mt][3] = attn_pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                a[mt][0] = tc_pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = tc_pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = tc_pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = tc_pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
             }
 #pragma unroll
             for (int dt = 0; dt < HD / 16; dt++) {
@@ -993,9 +985,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 2)
 #pragma unroll
         for (int dt = 0; dt < HD / 8; dt++) {
             *reinterpret_cast<uint32_t *>(so + (mt * 16 + g) * LD + dt * 8 + 2 * t) =
-                attn_pack_bf16(dqa[mt][dt][0] * scale, dqa[mt][dt][1] * scale);
+                tc_pack_bf16x2(dqa[mt][dt][0] * scale, dqa[mt][dt][1] * scale);
             *reinterpret_cast<uint32_t *>(so + (mt * 16 + g + 8) * LD + dt * 8 + 2 * t) =
-                attn_pack_bf16(dqa[mt][dt][2] * scale, dqa[mt][dt][3] * scale);
+                tc_pack_bf16x2(dqa[mt][dt][2] * scale, dqa[mt][dt][3] * scale);
         }
     __syncwarp();
     for (int c = lane; c < WR * CH; c += 32) {
@@ -1013,10 +1005,10 @@ static __global__ void attn_dq_convert_kernel(bf16 *dq, const float *dq_acc, siz
     float4 a = *reinterpret_cast<const float4 *>(dq_acc + i);
     float4 c = *reinterpret_cast<const float4 *>(dq_acc + i + 4);
     uint4 o;
-    o.x = attn_pack_bf16(a.x * scale, a.y * scale);
-    o.y = attn_pack_bf16(a.z * scale, a.w * scale);
-    o.z = attn_pack_bf16(c.x * scale, c.y * scale);
-    o.w = attn_pack_bf16(c.z * scale, c.w * scale);
+    o.x = tc_pack_bf16x2(a.x * scale, a.y * scale);
+    o.y = tc_pack_bf16x2(a.z * scale, a.w * scale);
+    o.z = tc_pack_bf16x2(c.x * scale, c.y * scale);
+    o.w = tc_pack_bf16x2(c.z * scale, c.w * scale);
     *reinterpret_cast<uint4 *>(dq + i) = o;
 }
 
@@ -1069,8 +1061,13 @@ template <int HD>
 static inline void attention_forward_fast_v(const AttnVariant *va, bf16 *out, float *lse, const bf16 *q,
                                             const bf16 *k, const bf16 *v, int B, int T, int H, int KVH,
                                             cudaStream_t stream, AttnKVCache cache) {
+    if constexpr (HD == AWG_HD) {
+        if (va->fwd_mt == 3 && !cache.kc && attention_wgmma_supported(HD) &&
+            attention_forward_wgmma(out, lse, q, k, v, B, T, H, KVH, stream) == 0)
+            return;
+    }
     if constexpr (HD <= 64) {
-        if (va->fwd_mt == 2) return attention_forward_fast<HD, 2>(out, lse, q, k, v, B, T, H, KVH, stream, cache);
+        if (va->fwd_mt >= 2) return attention_forward_fast<HD, 2>(out, lse, q, k, v, B, T, H, KVH, stream, cache);
     }
     attention_forward_fast<HD, 1>(out, lse, q, k, v, B, T, H, KVH, stream, cache);
 }

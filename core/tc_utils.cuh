@@ -11,8 +11,23 @@
 #ifndef SLLM_TC_UTILS_CUH
 #define SLLM_TC_UTILS_CUH
 
+#include <cuda_bf16.h>
 #include <stdint.h>
+#include <string.h>
 
+// 2^x (ex2.approx.ftz: the flash-attention kernels' softmax in the log2 domain).
+__device__ __forceinline__ float tc_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+// Two floats -> bf16x2 (lo in the low half = the lower column index).
+__device__ __forceinline__ uint32_t tc_pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
 __device__ __forceinline__ uint32_t tc_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // 16-byte async copy global -> shared; src_bytes 0 zero-fills the 16 bytes without reading gmem.

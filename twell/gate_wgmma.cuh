@@ -45,6 +45,7 @@
 #include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's types (the function comes from the runtime's entry point)
 
 #include "cuda_common.cuh"
+#include "hopper.cuh"
 #include "twell/format.h"
 #include "twell/gate.cuh"  // TwellCounters, the variant enum
 
@@ -66,135 +67,10 @@
 static_assert(TWELL_TILE == TWG_BN, "the wgmma gate tile width must equal the TwELL tile");
 static_assert(TWG_STAGE_BYTES % 1024 == 0, "stages must keep 1024-byte alignment (128B swizzle atom)");
 
-// ---------------------------------------------------------------------------------------------------
-// Small PTX helpers (each one instruction; addresses are 32-bit shared-window addresses).
-// ---------------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t twg_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void twg_mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes the barrier inits visible to the other threads and to the async (TMA) proxy.
-__device__ __forceinline__ void twg_fence_barrier_init() {
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-// Producer: arrive (count 1) and add tx_bytes to the transaction count the phase waits for.
-__device__ __forceinline__ void twg_mbar_arrive_expect_tx(uint32_t bar, uint32_t tx_bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(tx_bytes) : "memory");
-}
-__device__ __forceinline__ void twg_mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// 1 when the phase with parity `parity` has completed. A fresh barrier is in phase 0 (incomplete), and
-// waiting for parity 1 returns at once (the "previous" phase counts as complete): the producer's first
-// pass over the empty barriers waits for parity 1.
-__device__ __forceinline__ uint32_t twg_mbar_try_wait(uint32_t bar, uint32_t parity) {
-    uint32_t ok;
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    return ok;
-}
-__device__ __forceinline__ uint64_t twg_globaltimer() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-// Kills the launch on purpose: a store to global address 0, so the launch fails with cudaErrorIllegalAddress and
-// the host reports it. Not `trap`: a trap (or __trap()) anywhere in the kernel makes ptxas ignore setmaxnreg and
-// compile every region at the launch bound (168 registers for 384 threads; checked with ptxas -v, CUDA 13.0), and
-// no printf: a function call between wgmmas makes ptxas serialize them (warning C7510).
-__device__ __forceinline__ void twg_fail_launch() {
-    asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(0ull), "r"(0xDEADu) : "memory");
-}
-// Wait with a watchdog: fails the launch (twg_fail_launch) after TWELL_WGMMA_TIMEOUT_NS: a pipeline bug must fail,
-// never hang.
+// The generic Hopper helpers (mbarriers, TMA, wgmma descriptors and fences) are core/hopper.cuh's.
+// The mbarrier wait with this kernel's watchdog:
 __device__ __forceinline__ void twg_mbar_wait(uint32_t bar, uint32_t parity) {
-    if (twg_mbar_try_wait(bar, parity)) return;
-    const uint64_t t0 = twg_globaltimer();
-    uint32_t n = 0;
-    while (!twg_mbar_try_wait(bar, parity)) {
-        if ((++n & 255u) == 0 && twg_globaltimer() - t0 > TWELL_WGMMA_TIMEOUT_NS) twg_fail_launch();
-    }
-}
-
-// TMA: 2-D tile (box from the tensor map) at coordinates (c0 = inner/k element, c1 = row) into smem dst,
-// completing `box bytes` of transactions on mbarrier bar. Rows past the tensor's extent are zero-filled
-// (and still counted in the transaction bytes).
-__device__ __forceinline__ void twg_tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
-        ::"r"(dst), "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
-        : "memory");
-}
-
-// The same, multicast: the tile lands at the same smem offset dst in every CTA of cta_mask (bit r = cluster rank r)
-// and completes its bytes on the mbarrier at offset bar in each of them.
-__device__ __forceinline__ void twg_tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,
-                                                   uint16_t cta_mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-        " [%0], [%1, {%3, %4}], [%2], %5;"
-        ::"r"(dst), "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
-        : "memory");
-}
-// Arrive (count 1) on the mbarrier at offset bar in the shared memory of cluster rank cta. Default semantics (release
-// at CTA scope), as CUTLASS's ClusterBarrier::arrive: it only has to order this warpgroup's finished wgmma reads of
-// the stage before the peer's next TMA write. `.release.cluster` would also wait for the epilogue's global TwELL
-// stores to become visible cluster-wide: that stalled the consumers and made the gate 1.40x slower (H100).
-__device__ __forceinline__ void twg_mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
-    asm volatile(
-        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
-        : "memory");
-}
-// Every thread of every CTA of the cluster (warp-aligned).
-__device__ __forceinline__ void twg_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t twg_cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-// Bulk copy (no tensor map) of `bytes` (a multiple of 16, 16-byte aligned ends) from global src into smem dst,
-// completing `bytes` of transactions on mbarrier bar (the caller's arrive.expect_tx announces them).
-__device__ __forceinline__ void twg_bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor (PTX ISA "matrix descriptor format", sm_90):
-//   bits  0..13  start address >> 4 (smem byte address, 16-byte units)
-//   bits 16..29  leading-dimension byte offset >> 4: unused for K-major swizzled layouts; 16 B -> 1 by convention
-//   bits 32..45  stride-dimension byte offset >> 4: distance between consecutive 8-row core-matrix groups =
-//                8 rows x 128 B (one 128B-swizzle atom) = 1024 B -> 64
-//   bits 49..51  base offset: 0 (every operand tile starts 1024-byte aligned, so the swizzle phase is 0)
-//   bits 62..63  layout: 1 = 128-byte swizzle
-// The tile is K-major, 128 B (64 bf16) per row, rows at 128 B, 16-byte chunks XOR-swizzled by (row % 8):
-// exactly what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B for a 64-element inner box. The k16 step kk
-// inside the 64-wide row starts 32 B further (16 bf16): start address + 32 kk (the hardware applies the
-// swizzle to the computed address bits, so an unaligned-to-128 start inside the atom is legal).
-__device__ __forceinline__ uint64_t twg_desc_sw128(uint32_t smem_byte_addr) {
-    uint64_t d = 0;
-    d |= (uint64_t)((smem_byte_addr & 0x3FFFFu) >> 4);
-    d |= (uint64_t)(16u >> 4) << 16;
-    d |= (uint64_t)(1024u >> 4) << 32;
-    d |= (uint64_t)1 << 62;
-    return d;
-}
-
-__device__ __forceinline__ void twg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void twg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void twg_wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+    hp_mbar_wait(bar, parity, TWELL_WGMMA_TIMEOUT_NS);
 }
 // Keeps the compiler from moving accumulator reads/writes across the async wgmma (CUTLASS's
 // warpgroup_fence_operand).
@@ -244,11 +120,11 @@ __device__ __forceinline__ void twg_wgmma_m64n256k16(float (&d)[128], uint64_t d
 // tile's first k step (scale-d 0 on its first wgmma: D = A*B, the old accumulators ignored).
 __device__ __forceinline__ void twg_kstep(float (&d)[128], uint32_t sa, uint32_t sb, bool first) {
     twg_fence_acc(d);
-    twg_wgmma_fence();
+    hp_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < TWG_BK / 16; kk++)
-        twg_wgmma_m64n256k16(d, twg_desc_sw128(sa + 32 * kk), twg_desc_sw128(sb + 32 * kk), (!first || kk > 0) ? 1 : 0);
-    twg_wgmma_commit();
+        twg_wgmma_m64n256k16(d, hp_desc_sw128(sa + 32 * kk), hp_desc_sw128(sb + 32 * kk), (!first || kk > 0) ? 1 : 0);
+    hp_wgmma_commit();
     twg_fence_acc(d);
 }
 
@@ -386,8 +262,8 @@ __device__ __forceinline__ void twg_fo_part(int part, const uint32_t (&p)[64], u
 // producer multicasts into this stage too).
 template <int CL>
 __device__ __forceinline__ void twg_release(uint32_t bar, uint32_t peer) {
-    twg_mbar_arrive(bar);
-    if (CL == 2) twg_mbar_arrive_cluster(bar, peer);
+    hp_mbar_arrive(bar);
+    if (CL == 2) hp_mbar_arrive_cluster(bar, peer);
 }
 
 // The kernel, launched in clusters of CL CTAs (1 or 2). tmX: X [M, D] box 64 x 128 (k x rows); tmW: Wg [F, D] box
@@ -403,24 +279,24 @@ static __global__ void __launch_bounds__(TWG_THREADS, 1) twell_gate_wgmma_kernel
     extern __shared__ uint8_t twg_smem_raw[];
     // Stage s: A tile at base + s * STAGE_BYTES (128 rows x 128 B), B tile right after it (256 rows x 128 B).
     // base is rounded up to 1024 B (the 128B-swizzle atom: TMA and wgmma both swizzle on address bits 4..9).
-    const uint32_t base = (twg_smem_addr(twg_smem_raw) + 1023u) & ~1023u;
+    const uint32_t base = (hp_smem_addr(twg_smem_raw) + 1023u) & ~1023u;
     const uint32_t bar_full = base + TWG_STAGES * TWG_STAGE_BYTES;  // full[s] at bar_full + 8 s
     const uint32_t bar_empty = bar_full + 8 * TWG_STAGES;            // empty[s] at bar_empty + 8 s
     const int num_n = F / TWG_BN, num_m = (M + TWG_BM - 1) / TWG_BM;
     static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 CTAs");
     const int groups = (num_m + CL - 1) / CL * num_n, KT = D / TWG_BK;
     const int wg = threadIdx.x / 128;
-    const uint32_t rank = CL == 2 ? twg_cluster_rank() : 0u, peer = rank ^ 1u;
+    const uint32_t rank = CL == 2 ? hp_cluster_rank() : 0u, peer = rank ^ 1u;
     const int cluster = (int)(blockIdx.x / CL), clusters = (int)(gridDim.x / CL);
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < TWG_STAGES; s++) {
-            twg_mbar_init(bar_full + 8 * s, 1);   // the producer's arrive.expect_tx (+ the TMA bytes of both CTAs)
-            twg_mbar_init(bar_empty + 8 * s, 2 * CL);  // one arrive per consumer warpgroup of each CTA of the cluster
+            hp_mbar_init(bar_full + 8 * s, 1);   // the producer's arrive.expect_tx (+ the TMA bytes of both CTAs)
+            hp_mbar_init(bar_empty + 8 * s, 2 * CL);  // one arrive per consumer warpgroup of each CTA of the cluster
         }
-        twg_fence_barrier_init();
+        hp_fence_barrier_init();
     }
-    if (CL == 2) twg_cluster_sync();  // the peer's barriers exist before anything is multicast to it or arrives on them
+    if (CL == 2) hp_cluster_sync();  // the peer's barriers exist before anything is multicast to it or arrives on them
     else __syncthreads();
 
     if (wg == 0) {
@@ -436,14 +312,14 @@ static __global__ void __launch_bounds__(TWG_THREADS, 1) twell_gate_wgmma_kernel
                     const uint32_t s = it % TWG_STAGES, ph = (it / TWG_STAGES) & 1u;
                     // both CTAs' consumers have released stage s (round 0 passes at once: parity 1)
                     twg_mbar_wait(bar_empty + 8 * s, ph ^ 1u);
-                    twg_mbar_arrive_expect_tx(bar_full + 8 * s, TWG_STAGE_BYTES);
+                    hp_mbar_arrive_expect_tx(bar_full + 8 * s, TWG_STAGE_BYTES);
                     const uint32_t sa = base + s * TWG_STAGE_BYTES;
-                    twg_tma_load_2d(sa, &tmX, bar_full + 8 * s, kt * TWG_BK, m0);
+                    hp_tma_load_2d(sa, &tmX, bar_full + 8 * s, kt * TWG_BK, m0);
                     if (CL == 2)
-                        twg_tma_load_2d_mc(sa + TWG_A_BYTES + rank * (TWG_B_BYTES / 2), &tmW, bar_full + 8 * s,
+                        hp_tma_load_2d_mc(sa + TWG_A_BYTES + rank * (TWG_B_BYTES / 2), &tmW, bar_full + 8 * s,
                                            kt * TWG_BK, nh, (uint16_t)0x3u);
                     else
-                        twg_tma_load_2d(sa + TWG_A_BYTES, &tmW, bar_full + 8 * s, kt * TWG_BK, n0);
+                        hp_tma_load_2d(sa + TWG_A_BYTES, &tmW, bar_full + 8 * s, kt * TWG_BK, n0);
                 }
             }
         }
@@ -473,7 +349,7 @@ static __global__ void __launch_bounds__(TWG_THREADS, 1) twell_gate_wgmma_kernel
                 const uint32_t sb = base + s * TWG_STAGE_BYTES + TWG_A_BYTES;
                 twg_kstep(d, sa, sb, kt == 0);
                 if (kt > 0) {  // the previous k step's group is done: release its stage
-                    twg_wgmma_wait<1>();
+                    hp_wgmma_wait<1>();
                     twg_fence_acc(d);
                     if (tid == 0) twg_release<CL>(bar_empty + 8 * ((it - 1) % TWG_STAGES), peer);
                 }
@@ -486,7 +362,7 @@ static __global__ void __launch_bounds__(TWG_THREADS, 1) twell_gate_wgmma_kernel
             while (pend)  // KT <= 2: the parts the k steps left
                 twg_fo_part(pend--, p, pw0, pw1, prow, M, q, lane, scratch, tid & 7, pout, row_words, words, S,
                             ovf_flag, ovf_list, counters, nnz);
-            twg_wgmma_wait<0>();
+            hp_wgmma_wait<0>();
             twg_fence_acc(d);
             if (tid == 0) twg_release<CL>(bar_empty + 8 * ((it - 1) % TWG_STAGES), peer);
             // Epilogue: rows m0 + 64c + 16 warp + lane/4 (+ 8), tile tn. First every accumulator pair becomes
@@ -519,7 +395,7 @@ static __global__ void __launch_bounds__(TWG_THREADS, 1) twell_gate_wgmma_kernel
     }
     if (CL == 2) {
         __syncwarp();
-        twg_cluster_sync();  // the peer may still multicast into this CTA's stages or arrive on its barriers until here
+        hp_cluster_sync();  // the peer may still multicast into this CTA's stages or arrive on its barriers until here
     }
 }
 
@@ -527,30 +403,8 @@ static __global__ void __launch_bounds__(TWG_THREADS, 1) twell_gate_wgmma_kernel
 // Host side: tensor maps (cuTensorMapEncodeTiled through the runtime's driver entry point, so no
 // direct libcuda symbol is needed) and the launch.
 // ---------------------------------------------------------------------------------------------------
-typedef CUresult (*TwgEncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// The driver's cuTensorMapEncodeTiled (ABI of CUDA 12.0), looked up once (a cached function pointer).
-static inline TwgEncodeTiledFn twg_encode_fn(void) {
-    static TwgEncodeTiledFn fn = NULL;
-    if (!fn) {
-        void *p = NULL;
-        cudaDriverEntryPointQueryResult qr = cudaDriverEntryPointSymbolNotFound;
-        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &qr);
-        if (e != cudaSuccess || qr != cudaDriverEntryPointSuccess || !p) {
-            fprintf(stderr, "error: twell wgmma gate: cuTensorMapEncodeTiled not found in the driver (%s, query %d)\n",
-                    cudaGetErrorString(e), (int)qr);
-            (void)cudaGetLastError();
-            return NULL;
-        }
-        fn = (TwgEncodeTiledFn)p;
-    }
-    return fn;
-}
-
 // 2-D bf16 row-major [rows, D] tensor map, box 64 (k) x box_rows, 128-byte swizzle, zero fill out of bounds.
-static inline int twg_make_map(TwgEncodeTiledFn enc, CUtensorMap *map, const bf16 *ptr, int rows, int D, int box_rows,
+static inline int twg_make_map(HpEncodeTiledFn enc, CUtensorMap *map, const bf16 *ptr, int rows, int D, int box_rows,
                                const char *what) {
     const cuuint64_t dims[2] = {(cuuint64_t)D, (cuuint64_t)rows};  // innermost first
     const cuuint64_t strides[1] = {(cuuint64_t)D * sizeof(bf16)};   // bytes between rows (multiple of 16)
@@ -675,7 +529,7 @@ static inline int twell_gate_wgmma_launch(const bf16 *X, const bf16 *W, int M, i
         return TWELL_ERR_ARG;
     }
     if (cluster == 0) cluster = twg_default_cluster();
-    TwgEncodeTiledFn enc = twg_encode_fn();
+    HpEncodeTiledFn enc = hp_encode_fn();
     if (!enc) return TWELL_ERR_ARG;
     CUtensorMap tmX, tmW;
     if ((e = twg_make_map(enc, &tmX, X, M, D, TWG_BM, "X"))) return e;

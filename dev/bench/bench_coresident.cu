@@ -81,8 +81,8 @@ __device__ __forceinline__ void coresident_gather(uint4 *ring, uint32_t bar_rful
             if (i < nw) cr_async_row(my_ring + i * ROW, src, lane);
             else tc_cp_async_commit();  // empty groups keep the count of RW
         } else if (lane == 0 && i < nw) {
-            twg_mbar_arrive_expect_tx(my_bar + 8 * i, CR_ROW_BYTES);
-            twg_bulk_copy(tc_smem_u32(my_ring + i * ROW), src, CR_ROW_BYTES, my_bar + 8 * i);
+            hp_mbar_arrive_expect_tx(my_bar + 8 * i, CR_ROW_BYTES);
+            hp_bulk_copy(tc_smem_u32(my_ring + i * ROW), src, CR_ROW_BYTES, my_bar + 8 * i);
         }
     }
     const float xw = 1.0f + 1e-3f * g;  // stands for the token's x (up) or h (down)
@@ -110,8 +110,8 @@ __device__ __forceinline__ void coresident_gather(uint4 *ring, uint32_t bar_rful
             if (i + RW < nw) cr_async_row(row, next, lane);
             else tc_cp_async_commit();
         } else if (lane == 0 && i + RW < nw) {
-            twg_mbar_arrive_expect_tx(my_bar + 8 * s, CR_ROW_BYTES);
-            twg_bulk_copy(tc_smem_u32(row), next, CR_ROW_BYTES, my_bar + 8 * s);
+            hp_mbar_arrive_expect_tx(my_bar + 8 * s, CR_ROW_BYTES);
+            hp_bulk_copy(tc_smem_u32(row), next, CR_ROW_BYTES, my_bar + 8 * s);
         }
     }
     float total = 0.0f;
@@ -126,10 +126,10 @@ coresident_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant
                   int F, int gemm_on, const uint4 *__restrict__ Wud, int nrows, int rows_per_cta, uint32_t seed,
                   float *sink) {
     extern __shared__ uint8_t cr_smem_raw[];
-    const uint32_t base = (twg_smem_addr(cr_smem_raw) + 1023u) & ~1023u;
+    const uint32_t base = (hp_smem_addr(cr_smem_raw) + 1023u) & ~1023u;
     constexpr int RING = 3 * RW;                            // 3 gather warps x RW slots
     const uint32_t ring = base + STAGES * TWG_STAGE_BYTES;  // RING rows of 4 KB (generic pointer: ring_ptr)
-    uint4 *ring_ptr = reinterpret_cast<uint4 *>(cr_smem_raw + (ring - twg_smem_addr(cr_smem_raw)));
+    uint4 *ring_ptr = reinterpret_cast<uint4 *>(cr_smem_raw + (ring - hp_smem_addr(cr_smem_raw)));
     const uint32_t bar_full = ring + RING * CR_ROW_BYTES, bar_empty = bar_full + 8 * STAGES;
     const uint32_t bar_rfull = bar_empty + 8 * STAGES;
     const int num_n = F / TWG_BN, num_m = (M + TWG_BM - 1) / TWG_BM;
@@ -138,11 +138,11 @@ coresident_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            twg_mbar_init(bar_full + 8 * s, 1);
-            twg_mbar_init(bar_empty + 8 * s, 2);
+            hp_mbar_init(bar_full + 8 * s, 1);
+            hp_mbar_init(bar_empty + 8 * s, 2);
         }
-        for (int s = 0; s < RING; s++) twg_mbar_init(bar_rfull + 8 * s, 1);
-        twg_fence_barrier_init();
+        for (int s = 0; s < RING; s++) hp_mbar_init(bar_rfull + 8 * s, 1);
+        hp_fence_barrier_init();
     }
     __syncthreads();
 
@@ -156,10 +156,10 @@ coresident_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant
                     const uint32_t s = it % STAGES, ph = (it / STAGES) & 1u;
                     twg_mbar_wait(bar_empty + 8 * s, ph ^ 1u);
                     const bool load_b = gemm_on == 1 || it < (uint32_t)STAGES;  // mode 2: B stays in the stages
-                    twg_mbar_arrive_expect_tx(bar_full + 8 * s, load_b ? TWG_STAGE_BYTES : TWG_A_BYTES);
+                    hp_mbar_arrive_expect_tx(bar_full + 8 * s, load_b ? TWG_STAGE_BYTES : TWG_A_BYTES);
                     const uint32_t sa = base + s * TWG_STAGE_BYTES;
-                    twg_tma_load_2d(sa, &tmX, bar_full + 8 * s, kt * TWG_BK, m0);
-                    if (load_b) twg_tma_load_2d(sa + TWG_A_BYTES, &tmW, bar_full + 8 * s, kt * TWG_BK, n0);
+                    hp_tma_load_2d(sa, &tmX, bar_full + 8 * s, kt * TWG_BK, m0);
+                    if (load_b) hp_tma_load_2d(sa + TWG_A_BYTES, &tmW, bar_full + 8 * s, kt * TWG_BK, n0);
                 }
             }
         } else if (threadIdx.x >= 32) {
@@ -181,14 +181,14 @@ coresident_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant
                 const uint32_t sb = base + s * TWG_STAGE_BYTES + TWG_A_BYTES;
                 twg_kstep(d, sa, sb, kt == 0);
                 if (kt > 0) {
-                    twg_wgmma_wait<1>();
+                    hp_wgmma_wait<1>();
                     twg_fence_acc(d);
-                    if (tid == 0) twg_mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES));
+                    if (tid == 0) hp_mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES));
                 }
             }
-            twg_wgmma_wait<0>();
+            hp_wgmma_wait<0>();
             twg_fence_acc(d);
-            if (tid == 0) twg_mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES));
+            if (tid == 0) hp_mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES));
 #pragma unroll
             for (int i = 0; i < 128; i++) total += d[i];
         }
@@ -246,7 +246,7 @@ int main(int argc, char **argv) {
     cudaCheckLaunch();
     cudaCheck(cudaDeviceSynchronize());
 
-    TwgEncodeTiledFn enc = twg_encode_fn();
+    HpEncodeTiledFn enc = hp_encode_fn();
     CUtensorMap tmX, tmW;
     if (!enc || twg_make_map(enc, &tmX, X, M, D, TWG_BM, "X") || twg_make_map(enc, &tmW, Wg, F, D, TWG_BN, "Wg")) {
         fprintf(stderr, "bench_coresident: no tensor maps (needs a Hopper GPU and its driver)\n");

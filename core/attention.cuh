@@ -86,8 +86,8 @@ static inline AttnPath attention_path_from_env(void) {
 typedef struct {
     AttnPath path;
     int fwd_mt;   // fast forward, m-tiles (16 rows) per warp: 1 = 64 query rows per CTA (v1), 2 = 128 rows (v2;
-                  // hd <= 64; hd 128 uses 1); 3 = the Hopper wgmma kernel (core/attention_wgmma.cuh; hd 64 on sm_90
-                  // without a KV-cache output, else v2)
+                  // hd <= 64; hd 128 uses 1); 3 = the Hopper wgmma kernel (core/attention_wgmma.cuh; hd 64 on sm_90,
+                  // else v2)
     int bwd_det;  // fast backward: 1 = deterministic (dk/dv kernel + separate dq kernel), 0 = dq by fp32 atomics (v1)
     int dq_mt;    // deterministic dq kernel, m-tiles per warp: 1 (64 rows, 64-key blocks) or 2 (128 rows, 32-key
                   // blocks; hd <= 64; hd 128 uses 1)
@@ -1062,8 +1062,8 @@ static inline void attention_forward_fast_v(const AttnVariant *va, bf16 *out, fl
                                             const bf16 *k, const bf16 *v, int B, int T, int H, int KVH,
                                             cudaStream_t stream, AttnKVCache cache) {
     if constexpr (HD == AWG_HD) {
-        if (va->fwd_mt == 3 && !cache.kc && attention_wgmma_supported(HD) &&
-            attention_forward_wgmma(out, lse, q, k, v, B, T, H, KVH, stream) == 0)
+        if (va->fwd_mt == 3 && attention_wgmma_supported(HD) &&
+            attention_forward_wgmma(out, lse, q, k, v, B, T, H, KVH, stream, cache.kc, cache.vc, cache.S) == 0)
             return;
     }
     if constexpr (HD <= 64) {

@@ -7,11 +7,14 @@
 // CTA: 128 query rows of one (batch, head), 384 threads.
 //   warpgroup 0 (producer; one thread issues): TMA of the Q tile (128 x 64, 128-byte swizzle) once, then the K and V
 //     tiles (128 keys x 64) of key blocks 0 .. the diagonal into a ring of AWG_STAGES stages (mbarriers: full / empty).
-//   warpgroups 1, 2 (consumers, 64 query rows each): per key block, S = Q K^T by 4 wgmma m64n128k16 (A = the WG's Q rows,
-//     B = K: both K-major), the causal mask on the diagonal block, the online softmax in registers (the exp2 domain,
-//     attn_fwd_kernel's order of operations), P rounded to bf16 in the accumulator layout as the A registers of
-//     8 wgmma m64n64k16 with V (MN-major: imm-trans-b) into the fp32 O accumulators. Then the stage is released.
+//   warpgroups 1, 2 (consumers, 64 query rows each): per key block, S = Q K^T by 4 wgmma m64n128k16 (A = the WG's
+//     Q rows, B = K: both K-major), the causal mask on the diagonal block, the online softmax in registers (the exp2
+//     domain, attn_fwd_kernel's order of operations), P rounded to bf16 in the accumulator layout as the A registers
+//     of 8 wgmma m64n64k16 with V (MN-major: imm-trans-b) into the fp32 O accumulators. Then the stage is released.
 //   The epilogue normalizes O, writes the rows < T and their lse.
+//   kc != NULL (the inference prefill): the keys and values of the diagonal block (keys q0 .. q0 + 127: each key in
+//   exactly one query block's diagonal) also go from shared memory (un-swizzled) into a KV cache kc, vc
+//   [B, S, KVH * 64] at their positions, written by consumer 0 of the first query head of the group.
 // Rows of a key tile past the batch's T (the next batch's, or zero-filled past the tensor) are masked by causality
 // (key > query for every query row < T); query rows past T are computed but not written.
 #ifndef SLLM_ATTENTION_WGMMA_CUH
@@ -73,6 +76,12 @@ __device__ __forceinline__ void awg_wgmma_m64n64k16_rs(float (&d)[32], const uin
         : "memory");
 }
 
+// 16 bytes from a shared-window address.
+__device__ __forceinline__ uint4 awg_lds16(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+    return v;
+}
 template <int N>
 __device__ __forceinline__ void awg_fence_acc(float (&d)[N]) {
 #pragma unroll
@@ -83,7 +92,7 @@ __device__ __forceinline__ void awg_fence_acc(float (&d)[N]) {
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV, bf16 *__restrict__ out, float *__restrict__ lse, int T,
-                      int H, int KVH, float scale_log2) {
+                      int H, int KVH, float scale_log2, bf16 *__restrict__ kc, bf16 *__restrict__ vc, int S) {
     extern __shared__ __align__(16) unsigned char awg_smem[];
     const uint32_t base = (hp_smem_addr(awg_smem) + 1023u) & ~1023u;  // the 128-byte swizzle atom's alignment
     const uint32_t sQ = base, sK0 = base + AWG_TILE_BYTES, sV0 = sK0 + AWG_STAGES * AWG_TILE_BYTES;
@@ -131,6 +140,19 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
         const uint32_t sK = sK0 + s * AWG_TILE_BYTES, sV = sV0 + s * AWG_TILE_BYTES;
         hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
+        if (kc && j == nkb - 1 && c == 0 && h % (H / KVH) == 0) {  // the diagonal keys and values into the cache
+            hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
+            const size_t kvs = (size_t)KVH * AWG_HD;
+            // (row, 16-byte chunk) pairs; the 128-byte swizzle stores chunk ch of row r at ch ^ (r % 8)
+            for (int i = t; i < AWG_BN * 8; i += 128) {
+                const int r = i >> 3, ch = i & 7, row = q0 + r;
+                if (row >= T) continue;
+                const uint32_t off = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
+                const size_t o = ((size_t)b * S + row) * kvs + (size_t)kvh * AWG_HD + 8 * ch;
+                *reinterpret_cast<uint4 *>(kc + o) = awg_lds16(sK + off);
+                *reinterpret_cast<uint4 *>(vc + o) = awg_lds16(sV + off);
+            }
+        }
         float sc[64];
         awg_fence_acc(sc);
         hp_wgmma_fence();
@@ -194,7 +216,8 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         awg_fence_acc(o);
         hp_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < AWG_BN / 16; kk++) awg_wgmma_m64n64k16_rs(o, pa[kk], hp_desc_sw128(sV + 16 * 128 * kk, 1024));
+        for (int kk = 0; kk < AWG_BN / 16; kk++)
+            awg_wgmma_m64n64k16_rs(o, pa[kk], hp_desc_sw128(sV + 16 * 128 * kk, 1024));
         hp_wgmma_commit();
         hp_wgmma_wait<0>();
         awg_fence_acc(o);
@@ -233,7 +256,8 @@ static inline int awg_make_map(HpEncodeTiledFn enc, CUtensorMap *map, const bf16
     const cuuint32_t box[2] = {AWG_HD, 128};
     const cuuint32_t estr[2] = {1, 1};
     const CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
-                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         fprintf(stderr, "error: attention (wgmma): cuTensorMapEncodeTiled(%s [%lld, %d]) failed: CUresult %d\n", what,
@@ -252,9 +276,11 @@ static inline int attention_wgmma_supported(int hd) {
     return major == 9;
 }
 
-// The forward on the wgmma kernel. Returns 0, or 1 when it cannot run here (message printed; nothing launched).
+// The forward on the wgmma kernel; kc, vc (may be NULL): also the KV cache [B, S, KVH * 64] at positions 0 .. T-1.
+// Returns 0, or 1 when it cannot run here (message printed; nothing launched).
 static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                                          int T, int H, int KVH, cudaStream_t stream) {
+                                          int T, int H, int KVH, cudaStream_t stream, bf16 *kc = NULL, bf16 *vc = NULL,
+                                          int S = 0) {
     HpEncodeTiledFn enc = hp_encode_fn();
     if (!enc) return 1;
     CUtensorMap mq, mk, mv;
@@ -270,7 +296,8 @@ static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, 
     }
     const dim3 grid((unsigned)CEIL_DIV(T, AWG_BM), (unsigned)H, (unsigned)B);
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)AWG_HD);
-    attn_wgmma_fwd_kernel<<<grid, AWG_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH, scale_log2);
+    attn_wgmma_fwd_kernel<<<grid, AWG_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH, scale_log2,
+                                                                          kc, vc, S);
     cudaCheckLaunch();
     return 0;
 }

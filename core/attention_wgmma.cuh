@@ -276,18 +276,24 @@ static inline int attention_wgmma_supported(int hd) {
     return major == 9;
 }
 
+// Calls of attention_forward_wgmma that could not launch (message printed; the caller falls back to the mma.sync
+// kernel). Tests assert it stays 0 on an sm_90 GPU, so a fallback cannot pass for the wgmma kernel.
+static int g_attn_wgmma_fallbacks = 0;
+static long long g_attn_wgmma_launches = 0;  // launches of attn_wgmma_fwd_kernel (tests: the kernel really ran)
+
 // The forward on the wgmma kernel; kc, vc (may be NULL): also the KV cache [B, S, KVH * 64] at positions 0 .. T-1.
-// Returns 0, or 1 when it cannot run here (message printed; nothing launched).
+// Returns 0, or 1 when it cannot run here (message printed, g_attn_wgmma_fallbacks counted; nothing launched).
 static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
                                           int T, int H, int KVH, cudaStream_t stream, bf16 *kc = NULL, bf16 *vc = NULL,
                                           int S = 0) {
     HpEncodeTiledFn enc = hp_encode_fn();
-    if (!enc) return 1;
     CUtensorMap mq, mk, mv;
     const long long N = (long long)B * T;
-    if (awg_make_map(enc, &mq, q, N, H * AWG_HD, "q") || awg_make_map(enc, &mk, k, N, KVH * AWG_HD, "k") ||
-        awg_make_map(enc, &mv, v, N, KVH * AWG_HD, "v"))
+    if (!enc || awg_make_map(enc, &mq, q, N, H * AWG_HD, "q") || awg_make_map(enc, &mk, k, N, KVH * AWG_HD, "k") ||
+        awg_make_map(enc, &mv, v, N, KVH * AWG_HD, "v")) {
+        g_attn_wgmma_fallbacks++;
         return 1;
+    }
     static int smem_set = 0;
     if (!smem_set) {
         cudaCheck(cudaFuncSetAttribute(attn_wgmma_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -299,6 +305,7 @@ static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, 
     attn_wgmma_fwd_kernel<<<grid, AWG_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH, scale_log2,
                                                                           kc, vc, S);
     cudaCheckLaunch();
+    g_attn_wgmma_launches++;
     return 0;
 }
 

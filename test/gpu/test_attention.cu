@@ -480,13 +480,22 @@ static void test_kv_cache_write(void **state) {
     }
 }
 
+// Runs last: on an sm_90 GPU every "wg" pass above must have launched the wgmma kernel, never fallen back to v2.
+static void test_wgmma_ran(void **state) {
+    (void)state;
+    if (!cuda_device_available() || !attention_wgmma_supported(AWG_HD)) skip();
+    printf("  wgmma forward: %lld launches, %d fallbacks\n", g_attn_wgmma_launches, g_attn_wgmma_fallbacks);
+    assert_true(g_attn_wgmma_launches > 0);
+    assert_int_equal(g_attn_wgmma_fallbacks, 0);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validate),        cmocka_unit_test(test_mha_hd64_odd_T),
         cmocka_unit_test(test_gqa_hd64),        cmocka_unit_test(test_hd128),
         cmocka_unit_test(test_hd32),            cmocka_unit_test(test_small_hd_fallback),
         cmocka_unit_test(test_large_hd64),      cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_kv_cache_write),
+        cmocka_unit_test(test_kv_cache_write),  cmocka_unit_test(test_wgmma_ran),
     };
     GPU_TEST_PREFLIGHT("test_attention", tests);
     g_seed = gpu_test_seed("test_attention");

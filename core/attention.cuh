@@ -14,8 +14,9 @@
 //   fast   (default): FlashAttention-2 structure with tensor cores (mma.sync m16n8k16 bf16 -> fp32, ldmatrix,
 //          cp.async double buffering). Built for hd in {32, 64, 128}; other hd use the simple path.
 //          Forward: one CTA (4 warps) per (64*MT query rows, head, batch), online softmax in the log2 domain
-//          (ex2.approx). v2 (default, SLLM_ATTN_FWD=v2): MT = 2, 128 rows per CTA, 32 per warp (hd <= 64; hd 128
-//          runs MT = 1); v1 (SLLM_ATTN_FWD=v1): MT = 1, 64 rows per CTA.
+//          (ex2.approx). v2 (SLLM_ATTN_FWD=v2): MT = 2, 128 rows per CTA, 32 per warp (hd <= 64; hd 128 runs
+//          MT = 1); v1 (SLLM_ATTN_FWD=v1): MT = 1, 64 rows per CTA. wg (default, SLLM_ATTN_FWD=wg): on sm_90 at
+//          hd 64, the TMA + wgmma kernel of core/attention_wgmma.cuh (same numerics contract); v2 elsewhere.
 //          Backward: a preprocessing kernel (D = rowsum(dout * out)), then one CTA per (64 keys, kv head, batch)
 //          that loops over the query heads of the group and the query blocks at or after the diagonal and keeps
 //          dK/dV in registers (dk, dv deterministic), and dq either
@@ -93,21 +94,22 @@ typedef struct {
                   // blocks; hd <= 64; hd 128 uses 1)
 } AttnVariant;
 
-// Defaults of the fast path: v2 forward, deterministic backward with the 128-row dq kernel.
+// Defaults of the fast path: the Hopper wgmma forward (wg; v2 where it cannot run: hd != 64 or not sm_90),
+// deterministic backward with the 128-row dq kernel.
 static inline AttnVariant attention_variant_default(AttnPath path) {
-    AttnVariant v = {path, 2, 1, 2};
+    AttnVariant v = {path, 3, 1, 2};
     return v;
 }
 
-// SLLM_ATTN (fast|simple), SLLM_ATTN_FWD (v2|v1), SLLM_ATTN_BWD (det|atomic); unset = default; else fatal.
+// SLLM_ATTN (fast|simple), SLLM_ATTN_FWD (wg|v2|v1), SLLM_ATTN_BWD (det|atomic); unset = default; else fatal.
 static inline AttnVariant attention_variant_from_env(void) {
     AttnVariant v = attention_variant_default(attention_path_from_env());
     const char *f = getenv("SLLM_ATTN_FWD"), *b = getenv("SLLM_ATTN_BWD");
-    if (f && f[0] && strcmp(f, "v2") != 0) {
+    if (f && f[0] && strcmp(f, "wg") != 0) {
         if (strcmp(f, "v1") == 0) v.fwd_mt = 1;
-        else if (strcmp(f, "wg") == 0) v.fwd_mt = 3;
-        else SLLM_FATAL("SLLM_ATTN_FWD=\"%s\": expected \"v2\" (128 rows per CTA), \"v1\" (64 rows) or \"wg\" "
-                        "(the Hopper wgmma kernel, hd 64)", f);
+        else if (strcmp(f, "v2") == 0) v.fwd_mt = 2;
+        else SLLM_FATAL("SLLM_ATTN_FWD=\"%s\": expected \"wg\" (the Hopper wgmma kernel, hd 64; the default), "
+                        "\"v2\" (mma.sync, 128 rows per CTA) or \"v1\" (64 rows)", f);
     }
     if (b && b[0] && strcmp(b, "det") != 0) {
         if (strcmp(b, "atomic") == 0) v.bwd_det = 0;

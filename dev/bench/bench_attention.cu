@@ -1,7 +1,7 @@
 // dev/bench/bench_attention.cu: times core/attention.cuh at the paper's shapes (hd 64, 32 heads, T 2048).
 // Usage: build/bench_attention [reps]   (default 30)
 // For B in {4, 8}: forward, backward and forward+backward of each kernel variant side by side (v1 = 64-row
-// forward + atomic dq, the previous default; v2 = 128-row forward + deterministic 128-row dq kernel, the default;
+// forward + atomic dq; v2 = 128-row forward + deterministic 128-row dq kernel;
 // v2atom = v2 forward + atomic dq; v1det = v1 forward + 64-row deterministic dq kernel; wg = the Hopper wgmma
 // forward of core/attention_wgmma.cuh + v2's backward), median of `reps` runs
 // timed with CUDA events after warm-up, and TFLOP/s with causal FLOP counts: fwd 2*B*H*T*T*hd (= 4*B*H*T^2*hd/2:
@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
         printf("%-7s %2d %5d %3d %4d %3d | %9.3f %8.1f | %9.3f %8.1f |\n", "simple", B, T, H, KVH, hd, tf,
                fwd_flop / tf * 1e-9, tb, bwd_flop / tb * 1e-9);
     }
-    printf("\nold (v1) vs new (v2 = default): time ratio old/new (>1 = new faster)\n");
+    printf("\nv1 vs v2 (mma.sync kernels): time ratio v1/v2 (>1 = v2 faster)\n");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         printf("  B=%d KVH=%2d: fwd %.3f -> %.3f ms (x%.2f) | bwd %.3f -> %.3f ms (x%.2f) | f+b %.3f -> %.3f ms "
                "(x%.2f)\n",

@@ -131,9 +131,9 @@ typedef struct {
 static const NamedVariant k_variants[] = {
     {"simple", {ATTN_PATH_SIMPLE, 2, 1, 2}},
     {"v1", {ATTN_PATH_FAST, 1, 0, 1}},     // forward 64 rows per CTA, dq by fp32 atomics
-    {"v2", {ATTN_PATH_FAST, 2, 1, 2}},     // default: forward 128 rows per CTA, deterministic 128-row dq kernel
+    {"v2", {ATTN_PATH_FAST, 2, 1, 2}},     // forward 128 rows per CTA (mma.sync), deterministic 128-row dq kernel
     {"v1det", {ATTN_PATH_FAST, 1, 1, 1}},  // forward 64 rows, deterministic 64-row dq kernel
-    {"wg", {ATTN_PATH_FAST, 3, 1, 2}},     // the Hopper wgmma forward (hd 64; v2 elsewhere), v2's backward
+    {"wg", {ATTN_PATH_FAST, 3, 1, 2}},     // default: the Hopper wgmma forward (hd 64 on sm_90; v2 elsewhere), v2's backward
 };
 
 static void run_shape(Shape s, int do_simple, int do_fast) {

@@ -2,7 +2,7 @@
 // Usage: build/bench_attention [reps]   (default 30)
 // For B in {4, 8}: forward, backward and forward+backward of each kernel variant side by side (v1 = 64-row
 // forward + atomic dq; v2 = 128-row forward + deterministic 128-row dq kernel;
-// v2atom = v2 forward + atomic dq; v1det = v1 forward + 64-row deterministic dq kernel; wg = the Hopper wgmma
+// v2atom = v2 forward + atomic dq; v1det = v1 forward + 64-row deterministic dq kernel; wg (the default) = the Hopper wgmma
 // forward of core/attention_wgmma.cuh + v2's backward), median of `reps` runs
 // timed with CUDA events after warm-up, and TFLOP/s with causal FLOP counts: fwd 2*B*H*T*T*hd (= 4*B*H*T^2*hd/2:
 // two GEMMs, half the matrix), bwd 2.5x fwd (five GEMMs; the deterministic backward really does seven). Inputs

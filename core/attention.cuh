@@ -89,7 +89,8 @@ typedef struct {
     int fwd_mt;   // fast forward, m-tiles (16 rows) per warp: 1 = 64 query rows per CTA (v1), 2 = 128 rows (v2;
                   // hd <= 64; hd 128 uses 1); 3 = the Hopper wgmma kernel (core/attention_wgmma.cuh; hd 64 on sm_90,
                   // else v2)
-    int bwd_det;  // fast backward: 1 = deterministic (dk/dv kernel + separate dq kernel), 0 = dq by fp32 atomics (v1)
+    int bwd_det;  // fast backward: 1 = deterministic (dk/dv kernel + separate dq kernel), 0 = dq by fp32 atomics (v1),
+                  // 2 = the Hopper wgmma kernels (core/attention_wgmma.cuh, deterministic; hd 64 on sm_90, else 1)
     int dq_mt;    // deterministic dq kernel, m-tiles per warp: 1 (64 rows, 64-key blocks) or 2 (128 rows, 32-key
                   // blocks; hd <= 64; hd 128 uses 1)
 } AttnVariant;
@@ -113,7 +114,9 @@ static inline AttnVariant attention_variant_from_env(void) {
     }
     if (b && b[0] && strcmp(b, "det") != 0) {
         if (strcmp(b, "atomic") == 0) v.bwd_det = 0;
-        else SLLM_FATAL("SLLM_ATTN_BWD=\"%s\": expected \"det\" (deterministic dq) or \"atomic\" (fp32 atomics)", b);
+        else if (strcmp(b, "wg") == 0) v.bwd_det = 2;
+        else SLLM_FATAL("SLLM_ATTN_BWD=\"%s\": expected \"det\" (deterministic dq), \"atomic\" (fp32 atomics) or "
+                        "\"wg\" (the Hopper wgmma kernels, hd 64)", b);
     }
     return v;
 }
@@ -121,8 +124,8 @@ static inline AttnVariant attention_variant_from_env(void) {
 static inline void attention_check_variant(const char *who, const AttnVariant *v) {
     if (v == NULL) SLLM_FATAL("%s: variant is NULL", who);
     if (v->path != ATTN_PATH_FAST && v->path != ATTN_PATH_SIMPLE) SLLM_FATAL("%s: bad path %d", who, (int)v->path);
-    if (v->fwd_mt < 1 || v->fwd_mt > 3 || (v->dq_mt != 1 && v->dq_mt != 2) || (v->bwd_det != 0 && v->bwd_det != 1))
-        SLLM_FATAL("%s: bad variant fwd_mt=%d bwd_det=%d dq_mt=%d (expected 1|2|3, 0|1, 1|2)", who, v->fwd_mt,
+    if (v->fwd_mt < 1 || v->fwd_mt > 3 || (v->dq_mt != 1 && v->dq_mt != 2) || v->bwd_det < 0 || v->bwd_det > 2)
+        SLLM_FATAL("%s: bad variant fwd_mt=%d bwd_det=%d dq_mt=%d (expected 1|2|3, 0|1|2, 1|2)", who, v->fwd_mt,
                    v->bwd_det, v->dq_mt);
 }
 
@@ -1079,6 +1082,14 @@ static inline void attention_backward_fast_v(const AttnVariant *va, bf16 *dq, bf
                                              const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
                                              const bf16 *v, float *dq_acc, float *dsum, int B, int T, int H, int KVH,
                                              cudaStream_t stream) {
+    if constexpr (HD == AWG_HD) {
+        if (va->bwd_det == 2 && attention_wgmma_supported(HD)) {
+            attn_bwd_preprocess_kernel<<<attn_warp_blocks((size_t)B * T * H, 8), 256, 0, stream>>>(dsum, NULL, dout,
+                                                                                                   out, B, T, H, HD);
+            cudaCheckLaunch();
+            if (attention_backward_wgmma(dq, dk, dv, dout, lse, dsum, q, k, v, B, T, H, KVH, stream) == 0) return;
+        }
+    }
     if (!va->bwd_det)
         return attention_backward_fast<HD, false, 1>(dq, dk, dv, dout, out, lse, q, k, v, dq_acc, dsum, B, T, H, KVH,
                                                      stream);

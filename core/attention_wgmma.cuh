@@ -58,6 +58,23 @@ __device__ __forceinline__ void awg_wgmma_m64n128k16_ss(float (&d)[64], uint64_t
         : "l"(da), "l"(db), "r"(scale_d)
         : "memory");
 }
+// One wgmma.mma_async m64n64k16 (bf16 -> fp32), A and B K-major from shared memory (128-byte-swizzle descriptors):
+// D[64 x 64] (+)= A[64 x 16] B^T. scale_d 0: D = A*B. 32 accumulators per thread. (The backward's S and dP tiles.)
+__device__ __forceinline__ void awg_wgmma_m64n64k16_ss(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d)
+        : "memory");
+}
 // One wgmma.mma_async m64n64k16, A from registers (a[4]: bf16x2 in the accumulator layout of the scores) and B
 // MN-major from shared memory (imm-trans-b 1): O[64 x 64] += P[64 x 16] V[16 x 64].
 __device__ __forceinline__ void awg_wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
@@ -248,12 +265,289 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
     }
 }
 
-// 2-D bf16 [rows, cols] row-major tensor map, box 64 (cols) x 128 (rows), 128-byte swizzle, zero fill past the end.
+// ------------------------------------------------------------------------------------------------
+// Backward (deterministic, two kernels, the same summation order on every run), after attn_bwd_preprocess_kernel
+// has written D = rowsum(dout * out) [B, H, T]. P = exp2(S * scale_log2 - lse * log2e) recomputed from the lse of
+// the forward; dS = P (dP - D) with P and dP in fp32; P and dS rounded to bf16 as the A operands of the
+// products with dO, Q and K. dK = scale * sum dS^T Q, dQ = scale * sum dS K, dV = sum P^T dO.
+//
+// dK/dV kernel: grid (ceil(T / 128), KVH, B), 384 threads. CTA: 128 keys of one (batch, kv head); its K and V tiles
+// stay in shared memory. It loops over the query heads of the group and, per head, the 64-row query blocks from
+// the diagonal to T.
+//   warp 0 (producer): per step, the Q and dO tiles (64 x 64, TMA) and the block's lse * log2e and D (+inf and
+//     0 past T: P = dS = 0 there) into a ring of AWG_BWD_STAGES stages.
+//   warpgroups 1, 2 (consumers, keys k0 + 64 c ..): S^T = K Q^T and dP^T = V dO^T (wgmma m64n64k16, both operands
+//     K-major), P^T and dS^T in registers, then dV += P^T dO and dK += dS^T Q (A from registers, B = the dO and Q
+//     tiles MN-major). A query block entirely before the warpgroup's keys is skipped.
+// dQ kernel: grid (ceil(T / 128), H, B), 384 threads. CTA: 128 query rows of one (batch, head) (Q and dO loaded
+// once), looping over 64-key blocks up to the diagonal.
+//   warp 0 (producer): the K and V tiles (64 x 64) per block into the ring.
+//   warpgroups 1, 2 (64 rows each): S = Q K^T and dP = dO V^T, dS in registers, dQ += dS K (B = K, MN-major).
+// Rows and keys past T: their P is 0 (lse +inf, or masked as keys after every query < T); they are not written.
+#define AWG_BWD_STAGES 2
+#define AWG_HALF_TILE_BYTES (64 * AWG_HD * 2)  // 8192: a 64-row tile
+#define AWG_DKDV_SMEM_BYTES \
+    (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * (2 * AWG_HALF_TILE_BYTES + 2 * 64 * 4) + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
+#define AWG_DQ_SMEM_BYTES (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * 2 * AWG_HALF_TILE_BYTES + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
+
+static __global__ void __launch_bounds__(AWG_THREADS, 1)
+attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmdO,
+                           const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
+                           bf16 *__restrict__ dk, bf16 *__restrict__ dv, const float *__restrict__ lse,
+                           const float *__restrict__ dsum, int T, int H, int KVH, float scale, float scale_log2) {
+    extern __shared__ __align__(16) unsigned char awg_smem[];
+    const uint32_t raw = hp_smem_addr(awg_smem), base = (raw + 1023u) & ~1023u;
+    const uint32_t sK = base, sV = sK + AWG_TILE_BYTES, sQ0 = sV + AWG_TILE_BYTES;
+    const uint32_t sdO0 = sQ0 + AWG_BWD_STAGES * AWG_HALF_TILE_BYTES;
+    const uint32_t sL0 = sdO0 + AWG_BWD_STAGES * AWG_HALF_TILE_BYTES;  // [stage][64] lse * log2e, then [stage][64] D
+    const uint32_t bars = sL0 + AWG_BWD_STAGES * 2 * 64 * 4;         // kv_full, full[S], empty[S]
+    float *const sLD = reinterpret_cast<float *>(awg_smem + (sL0 - raw));
+    const int nb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, group = H / KVH, k0 = nb * AWG_BN;
+    const int per_head = CEIL_DIV(T, 64) - 2 * nb, n_it = group * per_head;  // query blocks 2 nb .. of each head
+    const int wg = threadIdx.x >> 7;
+    const uint32_t kv_full = bars;
+    if (threadIdx.x == 0) {
+        hp_mbar_init(kv_full, 1);
+        for (int s = 0; s < AWG_BWD_STAGES; s++) {
+            hp_mbar_init(bars + 8 * (1 + s), 32);                    // full[s]: the producer warp's lanes
+            hp_mbar_init(bars + 8 * (1 + AWG_BWD_STAGES + s), 256);  // empty[s]: every consumer thread
+        }
+        hp_fence_barrier_init();
+    }
+    __syncthreads();
+    if (wg == 0) {  // producer warp
+        if (threadIdx.x >= 32) return;
+        const int lane = threadIdx.x;
+        if (lane == 0) {
+            hp_mbar_arrive_expect_tx(kv_full, 2 * AWG_TILE_BYTES);
+            hp_tma_load_2d(sK, &tmK, kv_full, kvh * AWG_HD, b * T + k0);
+            hp_tma_load_2d(sV, &tmV, kv_full, kvh * AWG_HD, b * T + k0);
+        }
+        for (int it = 0; it < n_it; it++) {
+            const int s = it % AWG_BWD_STAGES;
+            const uint32_t ph = (uint32_t)(it / AWG_BWD_STAGES) & 1u, full = bars + 8 * (1 + s);
+            const int h = kvh * group + it / per_head, q0 = (2 * nb + it % per_head) * 64;
+            hp_mbar_wait(bars + 8 * (1 + AWG_BWD_STAGES + s), ph ^ 1u, AWG_TIMEOUT_NS);
+            float *L = sLD + s * 128, *D = L + 64;
+            for (int i = lane; i < 64; i += 32) {
+                const int row = q0 + i;
+                const size_t idx = ((size_t)b * H + h) * T + row;
+                L[i] = row < T ? lse[idx] * 1.4426950408889634f : INFINITY;
+                D[i] = row < T ? dsum[idx] : 0.0f;
+            }
+            if (lane == 0) {  // its arrive (release) also publishes its own L, D stores
+                hp_mbar_arrive_expect_tx(full, 2 * AWG_HALF_TILE_BYTES);
+                hp_tma_load_2d(sQ0 + s * AWG_HALF_TILE_BYTES, &tmQ, full, h * AWG_HD, b * T + q0);
+                hp_tma_load_2d(sdO0 + s * AWG_HALF_TILE_BYTES, &tmdO, full, h * AWG_HD, b * T + q0);
+            } else {
+                hp_mbar_arrive(full);
+            }
+        }
+        return;
+    }
+    // consumer c: keys kr0 = k0 + 64 c + 16 warp + lane / 4 and kr0 + 8 (the accumulator rows of this thread)
+    const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
+    const int kc0 = k0 + 64 * c, kr0 = kc0 + 16 * warp + (lane >> 2), kr1 = kr0 + 8;
+    const uint32_t aK = sK + c * AWG_HALF_TILE_BYTES, aV = sV + c * AWG_HALF_TILE_BYTES;
+    float dka[32], dva[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) dka[i] = dva[i] = 0.0f;
+    hp_mbar_wait(kv_full, 0, AWG_TIMEOUT_NS);
+    for (int it = 0; it < n_it; it++) {
+        const int s = it % AWG_BWD_STAGES;
+        const uint32_t ph = (uint32_t)(it / AWG_BWD_STAGES) & 1u;
+        const int q0 = (2 * nb + it % per_head) * 64;
+        hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
+        if (q0 + 63 >= kc0) {  // else every query of the block is before every key of this warpgroup: P = 0
+            const uint32_t sQ = sQ0 + s * AWG_HALF_TILE_BYTES, sdO = sdO0 + s * AWG_HALF_TILE_BYTES;
+            const float *L = sLD + s * 128, *D = L + 64;
+            float st[32], dpt[32];
+            awg_fence_acc(st);
+            awg_fence_acc(dpt);
+            hp_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < AWG_HD / 16; kk++)
+                awg_wgmma_m64n64k16_ss(st, hp_desc_sw128(aK + 32 * kk), hp_desc_sw128(sQ + 32 * kk), kk > 0 ? 1 : 0);
+#pragma unroll
+            for (int kk = 0; kk < AWG_HD / 16; kk++)
+                awg_wgmma_m64n64k16_ss(dpt, hp_desc_sw128(aV + 32 * kk), hp_desc_sw128(sdO + 32 * kk), kk > 0 ? 1 : 0);
+            hp_wgmma_commit();
+            hp_wgmma_wait<0>();
+            awg_fence_acc(st);
+            awg_fence_acc(dpt);
+            // P^T and dS^T: row = key (kr0 for e < 2, kr1 else), col = query q0 + 8 jn + 2 qd + (e & 1)
+            const bool mask = q0 < kc0 + 63;
+            uint32_t pa[4][4], da[4][4];
+#pragma unroll
+            for (int jn = 0; jn < 8; jn++) {
+                const float2 l2 = *reinterpret_cast<const float2 *>(L + 8 * jn + 2 * qd);
+                const float2 d2 = *reinterpret_cast<const float2 *>(D + 8 * jn + 2 * qd);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = 4 * jn + e;
+                    float p = tc_exp2(fmaf(st[i], scale_log2, -((e & 1) ? l2.y : l2.x)));
+                    if (mask && q0 + 8 * jn + 2 * qd + (e & 1) < (e < 2 ? kr0 : kr1)) p = 0.0f;
+                    st[i] = p;
+                    dpt[i] = p * (dpt[i] - ((e & 1) ? d2.y : d2.x));
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    pa[kk][i] = tc_pack_bf16x2(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
+                    da[kk][i] = tc_pack_bf16x2(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
+                }
+            awg_fence_acc(dva);
+            awg_fence_acc(dka);
+            hp_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dva, pa[kk], hp_desc_sw128(sdO + 2048 * kk, 1024));
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dka, da[kk], hp_desc_sw128(sQ + 2048 * kk, 1024));
+            hp_wgmma_commit();
+            hp_wgmma_wait<0>();
+            awg_fence_acc(dva);
+            awg_fence_acc(dka);
+        }
+        hp_mbar_arrive(bars + 8 * (1 + AWG_BWD_STAGES + s));
+    }
+    const size_t kvs = (size_t)KVH * AWG_HD;
+#pragma unroll
+    for (int jn = 0; jn < AWG_HD / 8; jn++) {
+        const size_t col = (size_t)kvh * AWG_HD + jn * 8 + 2 * qd;
+        if (kr0 < T) {
+            const size_t o = ((size_t)b * T + kr0) * kvs + col;
+            *reinterpret_cast<uint32_t *>(dk + o) = tc_pack_bf16x2(dka[4 * jn + 0] * scale, dka[4 * jn + 1] * scale);
+            *reinterpret_cast<uint32_t *>(dv + o) = tc_pack_bf16x2(dva[4 * jn + 0], dva[4 * jn + 1]);
+        }
+        if (kr1 < T) {
+            const size_t o = ((size_t)b * T + kr1) * kvs + col;
+            *reinterpret_cast<uint32_t *>(dk + o) = tc_pack_bf16x2(dka[4 * jn + 2] * scale, dka[4 * jn + 3] * scale);
+            *reinterpret_cast<uint32_t *>(dv + o) = tc_pack_bf16x2(dva[4 * jn + 2], dva[4 * jn + 3]);
+        }
+    }
+}
+
+static __global__ void __launch_bounds__(AWG_THREADS, 1)
+attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmdO,
+                         const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
+                         bf16 *__restrict__ dq, const float *__restrict__ lse, const float *__restrict__ dsum, int T,
+                         int H, int KVH, float scale, float scale_log2) {
+    extern __shared__ __align__(16) unsigned char awg_smem[];
+    const uint32_t base = (hp_smem_addr(awg_smem) + 1023u) & ~1023u;
+    const uint32_t sQ = base, sdO = sQ + AWG_TILE_BYTES, sK0 = sdO + AWG_TILE_BYTES;
+    const uint32_t sV0 = sK0 + AWG_BWD_STAGES * AWG_HALF_TILE_BYTES;
+    const uint32_t bars = sV0 + AWG_BWD_STAGES * AWG_HALF_TILE_BYTES;  // q_full, full[S], empty[S]
+    const int mb = gridDim.x - 1 - blockIdx.x;  // the heaviest (latest) query blocks first
+    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH), q0 = mb * AWG_BM;
+    const int nkb = min(2 * mb + 2, CEIL_DIV(T, 64));  // 64-key blocks up to the diagonal
+    const int wg = threadIdx.x >> 7;
+    const uint32_t q_full = bars;
+    if (threadIdx.x == 0) {
+        hp_mbar_init(q_full, 1);
+        for (int s = 0; s < AWG_BWD_STAGES; s++) {
+            hp_mbar_init(bars + 8 * (1 + s), 1);
+            hp_mbar_init(bars + 8 * (1 + AWG_BWD_STAGES + s), 256);
+        }
+        hp_fence_barrier_init();
+    }
+    __syncthreads();
+    if (wg == 0) {
+        if (threadIdx.x != 0) return;
+        hp_mbar_arrive_expect_tx(q_full, 2 * AWG_TILE_BYTES);
+        hp_tma_load_2d(sQ, &tmQ, q_full, h * AWG_HD, b * T + q0);
+        hp_tma_load_2d(sdO, &tmdO, q_full, h * AWG_HD, b * T + q0);
+        for (int j = 0; j < nkb; j++) {
+            const int s = j % AWG_BWD_STAGES;
+            const uint32_t ph = (uint32_t)(j / AWG_BWD_STAGES) & 1u, full = bars + 8 * (1 + s);
+            hp_mbar_wait(bars + 8 * (1 + AWG_BWD_STAGES + s), ph ^ 1u, AWG_TIMEOUT_NS);
+            hp_mbar_arrive_expect_tx(full, 2 * AWG_HALF_TILE_BYTES);
+            hp_tma_load_2d(sK0 + s * AWG_HALF_TILE_BYTES, &tmK, full, kvh * AWG_HD, b * T + 64 * j);
+            hp_tma_load_2d(sV0 + s * AWG_HALF_TILE_BYTES, &tmV, full, kvh * AWG_HD, b * T + 64 * j);
+        }
+        return;
+    }
+    // consumer c: rows r0 = q0 + 64 c + 16 warp + lane / 4 and r0 + 8
+    const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
+    const int rc0 = q0 + 64 * c, r0 = rc0 + 16 * warp + (lane >> 2), r1 = r0 + 8;
+    const uint32_t aQ = sQ + c * AWG_HALF_TILE_BYTES, adO = sdO + c * AWG_HALF_TILE_BYTES;
+    float Lr[2], Dr[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int row = i ? r1 : r0;
+        const size_t idx = ((size_t)b * H + h) * T + row;
+        Lr[i] = row < T ? lse[idx] * 1.4426950408889634f : INFINITY;
+        Dr[i] = row < T ? dsum[idx] : 0.0f;
+    }
+    float dqa[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) dqa[i] = 0.0f;
+    hp_mbar_wait(q_full, 0, AWG_TIMEOUT_NS);
+    for (int j = 0; j < nkb; j++) {
+        const int s = j % AWG_BWD_STAGES, kb0 = 64 * j;
+        const uint32_t ph = (uint32_t)(j / AWG_BWD_STAGES) & 1u;
+        hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
+        if (kb0 <= rc0 + 63) {  // else every key of the block is after every row of this warpgroup
+            const uint32_t sK = sK0 + s * AWG_HALF_TILE_BYTES, sV = sV0 + s * AWG_HALF_TILE_BYTES;
+            float sc[32], dp[32];
+            awg_fence_acc(sc);
+            awg_fence_acc(dp);
+            hp_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < AWG_HD / 16; kk++)
+                awg_wgmma_m64n64k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0 ? 1 : 0);
+#pragma unroll
+            for (int kk = 0; kk < AWG_HD / 16; kk++)
+                awg_wgmma_m64n64k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV + 32 * kk), kk > 0 ? 1 : 0);
+            hp_wgmma_commit();
+            hp_wgmma_wait<0>();
+            awg_fence_acc(sc);
+            awg_fence_acc(dp);
+            const bool mask = kb0 + 63 > rc0;
+            uint32_t da[4][4];
+#pragma unroll
+            for (int jn = 0; jn < 8; jn++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = 4 * jn + e, hi = e >> 1;
+                    float p = tc_exp2(fmaf(sc[i], scale_log2, -Lr[hi]));
+                    if (mask && kb0 + 8 * jn + 2 * qd + (e & 1) > (hi ? r1 : r0)) p = 0.0f;
+                    sc[i] = p * (dp[i] - Dr[hi]);
+                }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) da[kk][i] = tc_pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
+            awg_fence_acc(dqa);
+            hp_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dqa, da[kk], hp_desc_sw128(sK + 2048 * kk, 1024));
+            hp_wgmma_commit();
+            hp_wgmma_wait<0>();
+            awg_fence_acc(dqa);
+        }
+        hp_mbar_arrive(bars + 8 * (1 + AWG_BWD_STAGES + s));
+    }
+    const size_t qs = (size_t)H * AWG_HD;
+#pragma unroll
+    for (int jn = 0; jn < AWG_HD / 8; jn++) {
+        const int col = h * AWG_HD + jn * 8 + 2 * qd;
+        if (r0 < T)
+            *reinterpret_cast<uint32_t *>(dq + ((size_t)b * T + r0) * qs + col) =
+                tc_pack_bf16x2(dqa[4 * jn + 0] * scale, dqa[4 * jn + 1] * scale);
+        if (r1 < T)
+            *reinterpret_cast<uint32_t *>(dq + ((size_t)b * T + r1) * qs + col) =
+                tc_pack_bf16x2(dqa[4 * jn + 2] * scale, dqa[4 * jn + 3] * scale);
+    }
+}
+
+// 2-D bf16 [rows, cols] row-major tensor map, box 64 (cols) x box_rows, 128-byte swizzle, zero fill past the end.
 static inline int awg_make_map(HpEncodeTiledFn enc, CUtensorMap *map, const bf16 *ptr, long long rows, int cols,
-                               const char *what) {
+                               const char *what, int box_rows = 128) {
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)cols * sizeof(bf16)};
-    const cuuint32_t box[2] = {AWG_HD, 128};
+    const cuuint32_t box[2] = {AWG_HD, (cuuint32_t)box_rows};
     const cuuint32_t estr[2] = {1, 1};
     const CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -306,6 +600,44 @@ static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, 
                                                                           kc, vc, S);
     cudaCheckLaunch();
     g_attn_wgmma_launches++;
+    return 0;
+}
+
+// The backward on the wgmma kernels, after attn_bwd_preprocess_kernel wrote dsum = D [B, H, T]: dq [B, T, H, 64],
+// dk, dv [B, T, KVH, 64] (bf16, every element written). Returns 0, or 1 when it cannot run here (message printed,
+// g_attn_wgmma_fallbacks counted; nothing launched).
+static inline int attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
+                                           const float *dsum, const bf16 *q, const bf16 *k, const bf16 *v, int B,
+                                           int T, int H, int KVH, cudaStream_t stream) {
+    HpEncodeTiledFn enc = hp_encode_fn();
+    CUtensorMap mq64, mdo64, mk128, mv128, mq128, mdo128, mk64, mv64;
+    const long long N = (long long)B * T;
+    const int qc = H * AWG_HD, kc = KVH * AWG_HD;
+    if (!enc || awg_make_map(enc, &mq64, q, N, qc, "q", 64) || awg_make_map(enc, &mdo64, dout, N, qc, "dout", 64) ||
+        awg_make_map(enc, &mk128, k, N, kc, "k", 128) || awg_make_map(enc, &mv128, v, N, kc, "v", 128) ||
+        awg_make_map(enc, &mq128, q, N, qc, "q", 128) || awg_make_map(enc, &mdo128, dout, N, qc, "dout", 128) ||
+        awg_make_map(enc, &mk64, k, N, kc, "k", 64) || awg_make_map(enc, &mv64, v, N, kc, "v", 64)) {
+        g_attn_wgmma_fallbacks++;
+        return 1;
+    }
+    static int smem_set = 0;
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       AWG_DKDV_SMEM_BYTES));
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       AWG_DQ_SMEM_BYTES));
+        smem_set = 1;
+    }
+    const float scale = 1.0f / sqrtf((float)AWG_HD), scale_log2 = scale * 1.4426950408889634f;
+    const dim3 gkv((unsigned)CEIL_DIV(T, AWG_BN), (unsigned)KVH, (unsigned)B);
+    attn_wgmma_bwd_dkdv_kernel<<<gkv, AWG_THREADS, AWG_DKDV_SMEM_BYTES, stream>>>(
+        mq64, mdo64, mk128, mv128, dk, dv, lse, dsum, T, H, KVH, scale, scale_log2);
+    cudaCheckLaunch();
+    const dim3 gq((unsigned)CEIL_DIV(T, AWG_BM), (unsigned)H, (unsigned)B);
+    attn_wgmma_bwd_dq_kernel<<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES, stream>>>(mq128, mdo128, mk64, mv64, dq, lse, dsum,
+                                                                            T, H, KVH, scale, scale_log2);
+    cudaCheckLaunch();
+    g_attn_wgmma_launches += 2;
     return 0;
 }
 

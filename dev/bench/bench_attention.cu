@@ -1,9 +1,9 @@
 // dev/bench/bench_attention.cu: times core/attention.cuh at the paper's shapes (hd 64, 32 heads, T 2048).
 // Usage: build/bench_attention [reps]   (default 30)
 // For B in {4, 8}: forward, backward and forward+backward of each kernel variant side by side (v1 = 64-row
-// forward + atomic dq; v2 = 128-row forward + deterministic 128-row dq kernel;
-// v2atom = v2 forward + atomic dq; v1det = v1 forward + 64-row deterministic dq kernel; wg (the default) = the Hopper wgmma
-// forward of core/attention_wgmma.cuh + v2's backward), median of `reps` runs
+// forward + atomic dq; v2 = 128-row forward + deterministic 128-row dq kernel; v2atom = v2 forward + atomic dq;
+// v1det = v1 forward + 64-row deterministic dq kernel; wg (the default) = the Hopper wgmma forward of
+// core/attention_wgmma.cuh + v2's backward; wgbwd = the wgmma forward and backward), median of `reps` runs
 // timed with CUDA events after warm-up, and TFLOP/s with causal FLOP counts: fwd 2*B*H*T*T*hd (= 4*B*H*T^2*hd/2:
 // two GEMMs, half the matrix), bwd 2.5x fwd (five GEMMs; the deterministic backward really does seven). Inputs
 // are random (never zeros). Also one timing of the simple path at B=4, with few runs, to know what it costs.
@@ -106,12 +106,12 @@ int main(int argc, char **argv) {
     struct { const char *name; AttnVariant v; } vars[] = {
         {"v1", {ATTN_PATH_FAST, 1, 0, 1}},     {"v2", {ATTN_PATH_FAST, 2, 1, 2}},
         {"v2atom", {ATTN_PATH_FAST, 2, 0, 1}}, {"v1det", {ATTN_PATH_FAST, 1, 1, 1}},
-        {"wg", {ATTN_PATH_FAST, 3, 1, 2}},
+        {"wg", {ATTN_PATH_FAST, 3, 1, 2}},     {"wgbwd", {ATTN_PATH_FAST, 3, 2, 2}},
     };
     const int nv = (int)(sizeof vars / sizeof vars[0]);
-    // GQA case: v1, v2 and wg only (variant mask)
-    struct { int B, KVH; unsigned mask; } cases[] = {{4, 32, (1u << nv) - 1}, {8, 32, (1u << nv) - 1}, {8, 8, 0x13}};
-    float summary[3][5][3] = {{{0}}};
+    // GQA case: v1, v2, wg and wgbwd only (variant mask)
+    struct { int B, KVH; unsigned mask; } cases[] = {{4, 32, (1u << nv) - 1}, {8, 32, (1u << nv) - 1}, {8, 8, 0x33}};
+    float summary[3][6][3] = {{{0}}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int B = cases[c].B, kvh = cases[c].KVH;
         double fwd_flop = 2.0 * B * H * (double)T * T * hd, bwd_flop = 2.5 * fwd_flop;
@@ -150,6 +150,11 @@ int main(int argc, char **argv) {
                "%.3f (x%.2f)\n", summary[0][1][0], summary[0][4][0], summary[0][1][0] / summary[0][4][0],
                summary[1][1][0], summary[1][4][0], summary[1][1][0] / summary[1][4][0], summary[2][1][0],
                summary[2][4][0], summary[2][1][0] / summary[2][4][0]);
+    if (hd == AWG_HD)  // the wgmma backward (wgbwd) against v2's deterministic backward
+        printf("wgmma backward (wgbwd) vs v2: bwd %.3f -> %.3f ms (x%.2f) at B=4, %.3f -> %.3f (x%.2f) at B=8, GQA "
+               "%.3f -> %.3f (x%.2f)\n", summary[0][1][1], summary[0][5][1], summary[0][1][1] / summary[0][5][1],
+               summary[1][1][1], summary[1][5][1], summary[1][1][1] / summary[1][5][1], summary[2][1][1],
+               summary[2][5][1], summary[2][1][1] / summary[2][5][1]);
     cudaCheck(cudaFree(b.q));
     cudaCheck(cudaFree(b.k));
     cudaCheck(cudaFree(b.v));

@@ -133,7 +133,8 @@ static const NamedVariant k_variants[] = {
     {"v1", {ATTN_PATH_FAST, 1, 0, 1}},     // forward 64 rows per CTA, dq by fp32 atomics
     {"v2", {ATTN_PATH_FAST, 2, 1, 2}},     // forward 128 rows per CTA (mma.sync), deterministic 128-row dq kernel
     {"v1det", {ATTN_PATH_FAST, 1, 1, 1}},  // forward 64 rows, deterministic 64-row dq kernel
-    {"wg", {ATTN_PATH_FAST, 3, 1, 2}},     // default: the Hopper wgmma forward (hd 64 on sm_90; v2 elsewhere), v2's backward
+    {"wgf", {ATTN_PATH_FAST, 3, 1, 2}},    // default: the Hopper wgmma forward (hd 64 on sm_90; v2 elsewhere), v2's backward
+    {"wg", {ATTN_PATH_FAST, 3, 2, 2}},     // the wgmma forward and backward (hd 64 on sm_90; v2 elsewhere)
 };
 
 static void run_shape(Shape s, int do_simple, int do_fast) {
@@ -266,7 +267,7 @@ static size_t count_diff_u16(const void *a, const void *b, size_t n) {
 }
 
 // The deterministic variants give the same bits on every run (out, lse, dq, dk, dv), and the env-default API
-// (SLLM_ATTN* unset) is the v2 variant bit for bit. The atomic variant's dq differences are only reported.
+// (SLLM_ATTN* unset) is the default variant bit for bit. The atomic variant's dq differences are only reported.
 static void check_determinism(Shape s) {
     if (!cuda_device_available()) skip();
     Rng rng;
@@ -314,11 +315,14 @@ static void check_determinism(Shape s) {
         }
         printf("  %-6s hd=%3d B=%d T=%d H=%d KVH=%d: 4 runs, %s\n", k_variants[vi].name, s.hd, s.B, s.T, s.H, s.KVH,
                va->bwd_det ? "all outputs bitwise identical" : "out/lse/dk/dv bitwise identical");
-        if (vi == 2) {  // the default variant: the env-default API must give the same bits
+        const AttnVariant dv = attention_variant_default(ATTN_PATH_FAST);
+        if (va->fwd_mt == dv.fwd_mt && va->bwd_det == dv.bwd_det && va->dq_mt == dv.dq_mt) {
+            // the default variant: the env-default API must give the same bits
             run_bits(NULL, &d, &s, b);
             for (int i = 0; i < 5; i++)
                 if (memcmp(a[i], b[i], sizes[i]) != 0)
-                    fail_msg("attention_forward/backward (env default) %s differs from the v2 variant", names[i]);
+                    fail_msg("attention_forward/backward (env default) %s differs from the %s variant", names[i],
+                             k_variants[vi].name);
         }
     }
     for (int i = 0; i < 5; i++) {
@@ -354,8 +358,13 @@ static void test_validate(void **state) {
     unsetenv("SLLM_ATTN_BWD");
     AttnVariant v = attention_variant_from_env();
     assert_int_equal(v.path, ATTN_PATH_FAST);
-    assert_int_equal(v.fwd_mt, 2);
+    assert_int_equal(v.fwd_mt, 3);
     assert_int_equal(v.bwd_det, 1);
+    setenv("SLLM_ATTN_FWD", "wg", 1);
+    setenv("SLLM_ATTN_BWD", "wg", 1);
+    v = attention_variant_from_env();
+    assert_int_equal(v.fwd_mt, 3);
+    assert_int_equal(v.bwd_det, 2);
     setenv("SLLM_ATTN_FWD", "v1", 1);
     setenv("SLLM_ATTN_BWD", "atomic", 1);
     v = attention_variant_from_env();

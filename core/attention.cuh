@@ -20,11 +20,13 @@
 //          Backward: a preprocessing kernel (D = rowsum(dout * out)), then one CTA per (64 keys, kv head, batch)
 //          that loops over the query heads of the group and the query blocks at or after the diagonal and keeps
 //          dK/dV in registers (dk, dv deterministic), and dq either
-//            det (default, SLLM_ATTN_BWD=det): a separate kernel, one CTA per (128 query rows (64 for hd 128),
+//            det (SLLM_ATTN_BWD=det): a separate kernel, one CTA per (128 query rows (64 for hd 128),
 //                head, batch) looping over the key blocks up to the diagonal, recomputing P from lse and
 //                dS = P (dP - D), dq accumulated in registers: bitwise deterministic, costs two more GEMMs;
 //            atomic (v1, SLLM_ATTN_BWD=atomic): the dk/dv kernel adds dS K into an fp32 scratch accumulator with
 //                atomicAdd (NOT bitwise deterministic), then a conversion kernel scratch -> bf16 dq.
+//          wg (default, SLLM_ATTN_BWD=wg): on sm_90 at hd 64, the preprocessing kernel, then the TMA + wgmma dK/dV
+//            and dQ kernels of core/attention_wgmma.cuh (bitwise deterministic); det elsewhere.
 //   simple (SLLM_ATTN=simple, or ATTN_PATH_SIMPLE): reference-quality CUDA-core kernels, one warp per query
 //          row (forward and dq) or per key row (dk, dv), fp32 math, deterministic, slow. Any hd % 8 == 0, <= 128.
 // attention_forward/attention_backward read the variant from the environment; attention_*_variant take an
@@ -95,14 +97,14 @@ typedef struct {
                   // blocks; hd <= 64; hd 128 uses 1)
 } AttnVariant;
 
-// Defaults of the fast path: the Hopper wgmma forward (wg; v2 where it cannot run: hd != 64 or not sm_90),
-// deterministic backward with the 128-row dq kernel.
+// Defaults of the fast path: the Hopper wgmma forward and backward (wg; where they cannot run, hd != 64 or not
+// sm_90: the v2 forward and the deterministic backward with the 128-row dq kernel).
 static inline AttnVariant attention_variant_default(AttnPath path) {
-    AttnVariant v = {path, 3, 1, 2};
+    AttnVariant v = {path, 3, 2, 2};
     return v;
 }
 
-// SLLM_ATTN (fast|simple), SLLM_ATTN_FWD (wg|v2|v1), SLLM_ATTN_BWD (det|atomic); unset = default; else fatal.
+// SLLM_ATTN (fast|simple), SLLM_ATTN_FWD (wg|v2|v1), SLLM_ATTN_BWD (wg|det|atomic); unset = default; else fatal.
 static inline AttnVariant attention_variant_from_env(void) {
     AttnVariant v = attention_variant_default(attention_path_from_env());
     const char *f = getenv("SLLM_ATTN_FWD"), *b = getenv("SLLM_ATTN_BWD");
@@ -112,11 +114,11 @@ static inline AttnVariant attention_variant_from_env(void) {
         else SLLM_FATAL("SLLM_ATTN_FWD=\"%s\": expected \"wg\" (the Hopper wgmma kernel, hd 64; the default), "
                         "\"v2\" (mma.sync, 128 rows per CTA) or \"v1\" (64 rows)", f);
     }
-    if (b && b[0] && strcmp(b, "det") != 0) {
+    if (b && b[0] && strcmp(b, "wg") != 0) {
         if (strcmp(b, "atomic") == 0) v.bwd_det = 0;
-        else if (strcmp(b, "wg") == 0) v.bwd_det = 2;
-        else SLLM_FATAL("SLLM_ATTN_BWD=\"%s\": expected \"det\" (deterministic dq), \"atomic\" (fp32 atomics) or "
-                        "\"wg\" (the Hopper wgmma kernels, hd 64)", b);
+        else if (strcmp(b, "det") == 0) v.bwd_det = 1;
+        else SLLM_FATAL("SLLM_ATTN_BWD=\"%s\": expected \"wg\" (the Hopper wgmma kernels, hd 64; the default), "
+                        "\"det\" (mma.sync, deterministic dq kernel) or \"atomic\" (dq by fp32 atomics)", b);
     }
     return v;
 }

@@ -133,8 +133,8 @@ static const NamedVariant k_variants[] = {
     {"v1", {ATTN_PATH_FAST, 1, 0, 1}},     // forward 64 rows per CTA, dq by fp32 atomics
     {"v2", {ATTN_PATH_FAST, 2, 1, 2}},     // forward 128 rows per CTA (mma.sync), deterministic 128-row dq kernel
     {"v1det", {ATTN_PATH_FAST, 1, 1, 1}},  // forward 64 rows, deterministic 64-row dq kernel
-    {"wgf", {ATTN_PATH_FAST, 3, 1, 2}},    // default: the Hopper wgmma forward (hd 64 on sm_90; v2 elsewhere), v2's backward
-    {"wg", {ATTN_PATH_FAST, 3, 2, 2}},     // the wgmma forward and backward (hd 64 on sm_90; v2 elsewhere)
+    {"wgf", {ATTN_PATH_FAST, 3, 1, 2}},    // the Hopper wgmma forward (hd 64 on sm_90; v2 elsewhere), v2's backward
+    {"wg", {ATTN_PATH_FAST, 3, 2, 2}},     // default: the wgmma forward and backward (hd 64 on sm_90; v2 elsewhere)
 };
 
 static void run_shape(Shape s, int do_simple, int do_fast) {
@@ -359,7 +359,7 @@ static void test_validate(void **state) {
     AttnVariant v = attention_variant_from_env();
     assert_int_equal(v.path, ATTN_PATH_FAST);
     assert_int_equal(v.fwd_mt, 3);
-    assert_int_equal(v.bwd_det, 1);
+    assert_int_equal(v.bwd_det, 2);
     setenv("SLLM_ATTN_FWD", "wg", 1);
     setenv("SLLM_ATTN_BWD", "wg", 1);
     v = attention_variant_from_env();

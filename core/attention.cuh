@@ -209,21 +209,55 @@ static __global__ void attn_simple_fwd_kernel(bf16 *out, float *lse, const bf16 
     if (lane == 0) lse[((size_t)b * H + h) * T + i] = m + logf(l);
 }
 
-// D[b, h, i] = sum_d dout * out (fp32), and zero the fp32 dq accumulator row (used by the fast path).
-// One warp per (b, i, h) row.
+// D[b, h, i] = sum_d dout * out (fp32), and zero the fp32 dq accumulator row (dq_acc may be NULL; the atomic
+// variant uses it). G lanes per (b, i, h) row (a power of two >= hd / 8), 8 elements (16 bytes) per lane and step;
+// rows are 16-byte aligned since hd % 8 == 0 and the pointers are.
+template <int G>
 static __global__ void attn_bwd_preprocess_kernel(float *dsum, float *dq_acc, const bf16 *dout, const bf16 *out, int B,
-                                           int T, int H, int hd) {
-    int w = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
-    int lane = threadIdx.x & 31;
-    if (w >= B * T * H) return;
-    int h = w % H, i = (w / H) % T, b = w / (H * T);
+                                                  int T, int H, int hd) {
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G, rows = (size_t)B * T * H;
+    const int sub = threadIdx.x % G;
     float s = 0.0f;
-    for (int d = lane; d < hd; d += 32) {
-        s += __bfloat162float(dout[(size_t)w * hd + d]) * __bfloat162float(out[(size_t)w * hd + d]);
-        if (dq_acc) dq_acc[(size_t)w * hd + d] = 0.0f;
+    if (row < rows) {
+        for (int d = 8 * sub; d < hd; d += 8 * G) {
+            const uint4 a = *reinterpret_cast<const uint4 *>(dout + row * hd + d);
+            const uint4 c = *reinterpret_cast<const uint4 *>(out + row * hd + d);
+            const __nv_bfloat162 *a2 = reinterpret_cast<const __nv_bfloat162 *>(&a);
+            const __nv_bfloat162 *c2 = reinterpret_cast<const __nv_bfloat162 *>(&c);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float2 x = __bfloat1622float2(a2[e]), y = __bfloat1622float2(c2[e]);
+                s = fmaf(x.x, y.x, s);
+                s = fmaf(x.y, y.y, s);
+            }
+            if (dq_acc) {
+                float4 *z = reinterpret_cast<float4 *>(dq_acc + row * hd + d);
+                z[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                z[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
     }
-    s = warp_sum(s);
-    if (lane == 0) dsum[((size_t)b * H + h) * T + i] = s;
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (row < rows && sub == 0) {
+        const int h = (int)(row % H), i = (int)(row / H % T), b = (int)(row / ((size_t)H * T));
+        dsum[((size_t)b * H + h) * T + i] = s;
+    }
+}
+static inline void attn_bwd_preprocess(float *dsum, float *dq_acc, const bf16 *dout, const bf16 *out, int B, int T,
+                                       int H, int hd, cudaStream_t stream) {
+    const size_t rows = (size_t)B * T * H;
+    const int need = (hd + 7) / 8;
+    const int G = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : need <= 8 ? 8 : 16;  // hd <= 128
+    const unsigned blocks = (unsigned)ceil_div_sz(rows * G, 256);
+    switch (G) {
+        case 1: attn_bwd_preprocess_kernel<1><<<blocks, 256, 0, stream>>>(dsum, dq_acc, dout, out, B, T, H, hd); break;
+        case 2: attn_bwd_preprocess_kernel<2><<<blocks, 256, 0, stream>>>(dsum, dq_acc, dout, out, B, T, H, hd); break;
+        case 4: attn_bwd_preprocess_kernel<4><<<blocks, 256, 0, stream>>>(dsum, dq_acc, dout, out, B, T, H, hd); break;
+        case 8: attn_bwd_preprocess_kernel<8><<<blocks, 256, 0, stream>>>(dsum, dq_acc, dout, out, B, T, H, hd); break;
+        default: attn_bwd_preprocess_kernel<16><<<blocks, 256, 0, stream>>>(dsum, dq_acc, dout, out, B, T, H, hd);
+    }
+    cudaCheckLaunch();
 }
 
 // dq for one query row per warp: dq_i = scale * sum_{j<=i} p_ij (dp_ij - D_i) k_j.
@@ -314,8 +348,7 @@ static inline void attention_backward_simple(bf16 *dq, bf16 *dk, bf16 *dv, const
                                              float *dsum, int B, int T, int H, int KVH, int hd, cudaStream_t stream) {
     float scale = 1.0f / sqrtf((float)hd);
     size_t qrows = (size_t)B * T * H, kvrows = (size_t)B * T * KVH;
-    attn_bwd_preprocess_kernel<<<attn_warp_blocks(qrows, 8), 256, 0, stream>>>(dsum, NULL, dout, out, B, T, H, hd);
-    cudaCheckLaunch();
+    attn_bwd_preprocess(dsum, NULL, dout, out, B, T, H, hd, stream);
     attn_simple_bwd_dq_kernel<<<attn_warp_blocks(qrows, 8), 256, 0, stream>>>(dq, dout, lse, dsum, q, k, v, B, T, H,
                                                                               KVH, hd, scale);
     cudaCheckLaunch();
@@ -1039,9 +1072,7 @@ static inline void attention_backward_fast(bf16 *dq, bf16 *dk, bf16 *dv, const b
                                            cudaStream_t stream) {
     float scale = 1.0f / sqrtf((float)HD);
     size_t qrows = (size_t)B * T * H;
-    attn_bwd_preprocess_kernel<<<attn_warp_blocks(qrows, 8), 256, 0, stream>>>(dsum, DET ? NULL : dq_acc, dout, out,
-                                                                                B, T, H, HD);
-    cudaCheckLaunch();
+    attn_bwd_preprocess(dsum, DET ? NULL : dq_acc, dout, out, B, T, H, HD, stream);
     size_t smem = attn_bwd_smem_bytes<HD, !DET>();
     cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HD, !DET>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(CEIL_DIV(T, ATTN_BN), KVH, B);
@@ -1086,9 +1117,7 @@ static inline void attention_backward_fast_v(const AttnVariant *va, bf16 *dq, bf
                                              cudaStream_t stream) {
     if constexpr (HD == AWG_HD) {
         if (va->bwd_det == 2 && attention_wgmma_supported(HD)) {
-            attn_bwd_preprocess_kernel<<<attn_warp_blocks((size_t)B * T * H, 8), 256, 0, stream>>>(dsum, NULL, dout,
-                                                                                                   out, B, T, H, HD);
-            cudaCheckLaunch();
+            attn_bwd_preprocess(dsum, NULL, dout, out, B, T, H, HD, stream);
             if (attention_backward_wgmma(dq, dk, dv, dout, lse, dsum, q, k, v, B, T, H, KVH, stream) == 0) return;
         }
     }

@@ -21,6 +21,7 @@
 #define SLLM_ATTENTION_WGMMA_CUH
 
 #include <stdint.h>
+#include <stdlib.h>  // getenv
 
 #include "cuda_common.cuh"
 #include "hopper.cuh"
@@ -106,6 +107,9 @@ __device__ __forceinline__ void awg_fence_acc(float (&d)[N]) {
 }
 
 // grid (ceil(T / 128), H, B), AWG_THREADS threads, AWG_SMEM_BYTES of dynamic shared memory.
+// OV: a warpgroup issues S of the next key block right behind its P V, so the tensor cores get both back to back
+// and one wait per block is saved (same arithmetic, same bits).
+template <bool OV>
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV, bf16 *__restrict__ out, float *__restrict__ lse, int T,
@@ -152,11 +156,22 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 #pragma unroll
     for (int i = 0; i < 32; i++) o[i] = 0.0f;
     hp_mbar_wait(q_full, 0, AWG_TIMEOUT_NS);
+    float sc[64];
     for (int j = 0; j < nkb; j++) {
         const int s = j % AWG_STAGES;
         const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
         const uint32_t sK = sK0 + s * AWG_TILE_BYTES, sV = sV0 + s * AWG_TILE_BYTES;
-        hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
+        if (!OV || j == 0) {  // S = Q K^T (OV: issued by the previous block's step for j > 0)
+            hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
+            awg_fence_acc(sc);
+            hp_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < AWG_HD / 16; kk++)
+                awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0 ? 1 : 0);
+            hp_wgmma_commit();
+            hp_wgmma_wait<0>();
+            awg_fence_acc(sc);
+        }
         if (kc && j == nkb - 1 && c == 0 && h % (H / KVH) == 0) {  // the diagonal keys and values into the cache
             hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
             const size_t kvs = (size_t)KVH * AWG_HD;
@@ -170,15 +185,6 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
                 *reinterpret_cast<uint4 *>(vc + o) = awg_lds16(sV + off);
             }
         }
-        float sc[64];
-        awg_fence_acc(sc);
-        hp_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < AWG_HD / 16; kk++)
-            awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0 ? 1 : 0);
-        hp_wgmma_commit();
-        hp_wgmma_wait<0>();
-        awg_fence_acc(sc);
         const int k0 = j * AWG_BN;
         if (j == nkb - 1) {  // the diagonal block: raw scores of keys after the row -> -inf
 #pragma unroll
@@ -236,8 +242,20 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         for (int kk = 0; kk < AWG_BN / 16; kk++)
             awg_wgmma_m64n64k16_rs(o, pa[kk], hp_desc_sw128(sV + 16 * 128 * kk, 1024));
         hp_wgmma_commit();
+        if (OV && j + 1 < nkb) {  // S of the next block (its stage was released at the end of block j - 1)
+            const int s1 = (j + 1) % AWG_STAGES;
+            const uint32_t sK1 = sK0 + s1 * AWG_TILE_BYTES;
+            hp_mbar_wait(bars + 8 * (1 + s1), (uint32_t)((j + 1) / AWG_STAGES) & 1u, AWG_TIMEOUT_NS);
+            awg_fence_acc(sc);
+            hp_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < AWG_HD / 16; kk++)
+                awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK1 + 32 * kk), kk > 0 ? 1 : 0);
+            hp_wgmma_commit();
+        }
         hp_wgmma_wait<0>();
         awg_fence_acc(o);
+        if (OV) awg_fence_acc(sc);
         hp_mbar_arrive(bars + 8 * (1 + 2 * AWG_STAGES + s));  // this thread is done with the stage
     }
     // epilogue: normalize, the rows < T and their lse
@@ -290,6 +308,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
     (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * (2 * AWG_HALF_TILE_BYTES + 2 * 64 * 4) + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
 #define AWG_DQ_SMEM_BYTES (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * 2 * AWG_HALF_TILE_BYTES + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
 
+template <bool OV>
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmdO,
                            const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
@@ -316,6 +335,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
     }
     __syncthreads();
     if (wg == 0) {  // producer warp
+        if (OV) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x >= 32) return;
         const int lane = threadIdx.x;
         if (lane == 0) {
@@ -345,6 +365,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
         }
         return;
     }
+    if (OV) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     // consumer c: keys kr0 = k0 + 64 c + 16 warp + lane / 4 and kr0 + 8 (the accumulator rows of this thread)
     const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
     const int kc0 = k0 + 64 * c, kr0 = kc0 + 16 * warp + (lane >> 2), kr1 = kr0 + 8;
@@ -375,34 +396,56 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
             hp_wgmma_wait<0>();
             awg_fence_acc(st);
             awg_fence_acc(dpt);
-            // P^T and dS^T: row = key (kr0 for e < 2, kr1 else), col = query q0 + 8 jn + 2 qd + (e & 1)
+            // P^T and dS^T: row = key (kr0 for e < 2, kr1 else), col = query q0 + 8 jn + 2 qd + (e & 1).
+            // OV: dV += P^T dO is issued before dS^T is computed, which then overlaps it.
             const bool mask = q0 < kc0 + 63;
             uint32_t pa[4][4], da[4][4];
 #pragma unroll
             for (int jn = 0; jn < 8; jn++) {
                 const float2 l2 = *reinterpret_cast<const float2 *>(L + 8 * jn + 2 * qd);
-                const float2 d2 = *reinterpret_cast<const float2 *>(D + 8 * jn + 2 * qd);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int i = 4 * jn + e;
                     float p = tc_exp2(fmaf(st[i], scale_log2, -((e & 1) ? l2.y : l2.x)));
                     if (mask && q0 + 8 * jn + 2 * qd + (e & 1) < (e < 2 ? kr0 : kr1)) p = 0.0f;
                     st[i] = p;
-                    dpt[i] = p * (dpt[i] - ((e & 1) ? d2.y : d2.x));
+                    if (!OV) {
+                        const float2 d2 = *reinterpret_cast<const float2 *>(D + 8 * jn + 2 * qd);
+                        dpt[i] = p * (dpt[i] - ((e & 1) ? d2.y : d2.x));
+                    }
                 }
             }
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    pa[kk][i] = tc_pack_bf16x2(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
-                    da[kk][i] = tc_pack_bf16x2(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
+                for (int i = 0; i < 4; i++) pa[kk][i] = tc_pack_bf16x2(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
+            if (OV) {
+                awg_fence_acc(dva);
+                hp_wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    awg_wgmma_m64n64k16_rs(dva, pa[kk], hp_desc_sw128(sdO + 2048 * kk, 1024));
+                hp_wgmma_commit();
+#pragma unroll
+                for (int jn = 0; jn < 8; jn++) {
+                    const float2 d2 = *reinterpret_cast<const float2 *>(D + 8 * jn + 2 * qd);
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        dpt[4 * jn + e] = st[4 * jn + e] * (dpt[4 * jn + e] - ((e & 1) ? d2.y : d2.x));
                 }
-            awg_fence_acc(dva);
+            }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) da[kk][i] = tc_pack_bf16x2(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
+            if (!OV) awg_fence_acc(dva);
             awg_fence_acc(dka);
             hp_wgmma_fence();
+            if (!OV) {
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dva, pa[kk], hp_desc_sw128(sdO + 2048 * kk, 1024));
+                for (int kk = 0; kk < 4; kk++)
+                    awg_wgmma_m64n64k16_rs(dva, pa[kk], hp_desc_sw128(sdO + 2048 * kk, 1024));
+            }
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dka, da[kk], hp_desc_sw128(sQ + 2048 * kk, 1024));
             hp_wgmma_commit();
@@ -429,6 +472,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
     }
 }
 
+template <bool OV>
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmdO,
                          const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
@@ -484,26 +528,30 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
 #pragma unroll
     for (int i = 0; i < 32; i++) dqa[i] = 0.0f;
     hp_mbar_wait(q_full, 0, AWG_TIMEOUT_NS);
+    // blocks 0 .. na - 1 hold keys at or before some row of this warpgroup; the rest (at most one) are skipped
+    const int na = min(nkb, (rc0 + 63) / 64 + 1);
+    float sc[32], dp[32];
     for (int j = 0; j < nkb; j++) {
         const int s = j % AWG_BWD_STAGES, kb0 = 64 * j;
         const uint32_t ph = (uint32_t)(j / AWG_BWD_STAGES) & 1u;
-        hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
-        if (kb0 <= rc0 + 63) {  // else every key of the block is after every row of this warpgroup
-            const uint32_t sK = sK0 + s * AWG_HALF_TILE_BYTES, sV = sV0 + s * AWG_HALF_TILE_BYTES;
-            float sc[32], dp[32];
-            awg_fence_acc(sc);
-            awg_fence_acc(dp);
-            hp_wgmma_fence();
+        const uint32_t sK = sK0 + s * AWG_HALF_TILE_BYTES, sV = sV0 + s * AWG_HALF_TILE_BYTES;
+        if (!OV || j == 0 || j >= na) hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
+        if (j < na) {
+            if (!OV || j == 0) {  // S = Q K^T, dP = dO V^T (OV: issued by the previous block's step for j > 0)
+                awg_fence_acc(sc);
+                awg_fence_acc(dp);
+                hp_wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < AWG_HD / 16; kk++)
-                awg_wgmma_m64n64k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0 ? 1 : 0);
+                for (int kk = 0; kk < AWG_HD / 16; kk++)
+                    awg_wgmma_m64n64k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0);
 #pragma unroll
-            for (int kk = 0; kk < AWG_HD / 16; kk++)
-                awg_wgmma_m64n64k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV + 32 * kk), kk > 0 ? 1 : 0);
-            hp_wgmma_commit();
-            hp_wgmma_wait<0>();
-            awg_fence_acc(sc);
-            awg_fence_acc(dp);
+                for (int kk = 0; kk < AWG_HD / 16; kk++)
+                    awg_wgmma_m64n64k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV + 32 * kk), kk > 0);
+                hp_wgmma_commit();
+                hp_wgmma_wait<0>();
+                awg_fence_acc(sc);
+                awg_fence_acc(dp);
+            }
             const bool mask = kb0 + 63 > rc0;
             uint32_t da[4][4];
 #pragma unroll
@@ -524,8 +572,27 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dqa, da[kk], hp_desc_sw128(sK + 2048 * kk, 1024));
             hp_wgmma_commit();
+            if (OV && j + 1 < na) {  // S and dP of the next block behind this dQ step
+                const int s1 = (j + 1) % AWG_BWD_STAGES;
+                const uint32_t sK1 = sK0 + s1 * AWG_HALF_TILE_BYTES, sV1 = sV0 + s1 * AWG_HALF_TILE_BYTES;
+                hp_mbar_wait(bars + 8 * (1 + s1), (uint32_t)((j + 1) / AWG_BWD_STAGES) & 1u, AWG_TIMEOUT_NS);
+                awg_fence_acc(sc);
+                awg_fence_acc(dp);
+                hp_wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < AWG_HD / 16; kk++)
+                    awg_wgmma_m64n64k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK1 + 32 * kk), kk > 0);
+#pragma unroll
+                for (int kk = 0; kk < AWG_HD / 16; kk++)
+                    awg_wgmma_m64n64k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV1 + 32 * kk), kk > 0);
+                hp_wgmma_commit();
+            }
             hp_wgmma_wait<0>();
             awg_fence_acc(dqa);
+            if (OV) {
+                awg_fence_acc(sc);
+                awg_fence_acc(dp);
+            }
         }
         hp_mbar_arrive(bars + 8 * (1 + AWG_BWD_STAGES + s));
     }
@@ -570,6 +637,16 @@ static inline int attention_wgmma_supported(int hd) {
     return major == 9;
 }
 
+// SLLM_AWG_OV=0|1 (dev A/B, read once): the kernels' OV template (issue order only; the same bits either way).
+static inline int awg_overlap(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("SLLM_AWG_OV");
+        v = (e && e[0]) ? atoi(e) != 0 : 0;
+    }
+    return v;
+}
+
 // Calls of attention_forward_wgmma that could not launch (message printed; the caller falls back to the mma.sync
 // kernel). Tests assert it stays 0 on an sm_90 GPU, so a fallback cannot pass for the wgmma kernel.
 static int g_attn_wgmma_fallbacks = 0;
@@ -590,14 +667,20 @@ static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, 
     }
     static int smem_set = 0;
     if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_fwd_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       AWG_SMEM_BYTES));
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_fwd_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        AWG_SMEM_BYTES));
         smem_set = 1;
     }
     const dim3 grid((unsigned)CEIL_DIV(T, AWG_BM), (unsigned)H, (unsigned)B);
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)AWG_HD);
-    attn_wgmma_fwd_kernel<<<grid, AWG_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH, scale_log2,
-                                                                          kc, vc, S);
+    if (awg_overlap())
+        attn_wgmma_fwd_kernel<true><<<grid, AWG_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH,
+                                                                                  scale_log2, kc, vc, S);
+    else
+        attn_wgmma_fwd_kernel<false><<<grid, AWG_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH,
+                                                                                   scale_log2, kc, vc, S);
     cudaCheckLaunch();
     g_attn_wgmma_launches++;
     return 0;
@@ -622,20 +705,32 @@ static inline int attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const b
     }
     static int smem_set = 0;
     if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dkdv_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        AWG_DKDV_SMEM_BYTES));
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dkdv_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       AWG_DKDV_SMEM_BYTES));
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       AWG_DQ_SMEM_BYTES));
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        AWG_DQ_SMEM_BYTES));
         smem_set = 1;
     }
     const float scale = 1.0f / sqrtf((float)AWG_HD), scale_log2 = scale * 1.4426950408889634f;
     const dim3 gkv((unsigned)CEIL_DIV(T, AWG_BN), (unsigned)KVH, (unsigned)B);
-    attn_wgmma_bwd_dkdv_kernel<<<gkv, AWG_THREADS, AWG_DKDV_SMEM_BYTES, stream>>>(
-        mq64, mdo64, mk128, mv128, dk, dv, lse, dsum, T, H, KVH, scale, scale_log2);
-    cudaCheckLaunch();
     const dim3 gq((unsigned)CEIL_DIV(T, AWG_BM), (unsigned)H, (unsigned)B);
-    attn_wgmma_bwd_dq_kernel<<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES, stream>>>(mq128, mdo128, mk64, mv64, dq, lse, dsum,
-                                                                            T, H, KVH, scale, scale_log2);
+    if (awg_overlap()) {
+        attn_wgmma_bwd_dkdv_kernel<true><<<gkv, AWG_THREADS, AWG_DKDV_SMEM_BYTES, stream>>>(
+            mq64, mdo64, mk128, mv128, dk, dv, lse, dsum, T, H, KVH, scale, scale_log2);
+        cudaCheckLaunch();
+        attn_wgmma_bwd_dq_kernel<true><<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES, stream>>>(
+            mq128, mdo128, mk64, mv64, dq, lse, dsum, T, H, KVH, scale, scale_log2);
+    } else {
+        attn_wgmma_bwd_dkdv_kernel<false><<<gkv, AWG_THREADS, AWG_DKDV_SMEM_BYTES, stream>>>(
+            mq64, mdo64, mk128, mv128, dk, dv, lse, dsum, T, H, KVH, scale, scale_log2);
+        cudaCheckLaunch();
+        attn_wgmma_bwd_dq_kernel<false><<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES, stream>>>(
+            mq128, mdo128, mk64, mv64, dq, lse, dsum, T, H, KVH, scale, scale_log2);
+    }
     cudaCheckLaunch();
     g_attn_wgmma_launches += 2;
     return 0;

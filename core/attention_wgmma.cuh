@@ -30,7 +30,9 @@
 #define AWG_HD 64
 #define AWG_BM 128                            // query rows per CTA (2 consumer warpgroups x 64)
 #define AWG_BN 128                            // keys per block
+#ifndef AWG_STAGES  // (-D: dev A/B of the ring depth)
 #define AWG_STAGES 2
+#endif
 #define AWG_THREADS 384
 #define AWG_TILE_BYTES (128 * AWG_HD * 2)     // 16384: the Q tile, and each K or V stage
 #define AWG_SMEM_BYTES ((1 + 2 * AWG_STAGES) * AWG_TILE_BYTES + 8 * (1 + 3 * AWG_STAGES) + 1024)
@@ -107,9 +109,8 @@ __device__ __forceinline__ void awg_fence_acc(float (&d)[N]) {
 }
 
 // grid (ceil(T / 128), H, B), AWG_THREADS threads, AWG_SMEM_BYTES of dynamic shared memory.
-// OV: a warpgroup issues S of the next key block right behind its P V, so the tensor cores get both back to back
-// and one wait per block is saved (same arithmetic, same bits).
-template <bool OV>
+// A warpgroup issues S of the next key block right behind its P V, so the tensor cores get both back to back and
+// one wait per block is saved.
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV, bf16 *__restrict__ out, float *__restrict__ lse, int T,
@@ -161,7 +162,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         const int s = j % AWG_STAGES;
         const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
         const uint32_t sK = sK0 + s * AWG_TILE_BYTES, sV = sV0 + s * AWG_TILE_BYTES;
-        if (!OV || j == 0) {  // S = Q K^T (OV: issued by the previous block's step for j > 0)
+        if (j == 0) {  // S = Q K^T (for j > 0 issued by the previous block's step)
             hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
             awg_fence_acc(sc);
             hp_wgmma_fence();
@@ -242,7 +243,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         for (int kk = 0; kk < AWG_BN / 16; kk++)
             awg_wgmma_m64n64k16_rs(o, pa[kk], hp_desc_sw128(sV + 16 * 128 * kk, 1024));
         hp_wgmma_commit();
-        if (OV && j + 1 < nkb) {  // S of the next block (its stage was released at the end of block j - 1)
+        if (j + 1 < nkb) {  // S of the next block (its stage was released at the end of block j + 1 - AWG_STAGES)
             const int s1 = (j + 1) % AWG_STAGES;
             const uint32_t sK1 = sK0 + s1 * AWG_TILE_BYTES;
             hp_mbar_wait(bars + 8 * (1 + s1), (uint32_t)((j + 1) / AWG_STAGES) & 1u, AWG_TIMEOUT_NS);
@@ -255,7 +256,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         }
         hp_wgmma_wait<0>();
         awg_fence_acc(o);
-        if (OV) awg_fence_acc(sc);
+        awg_fence_acc(sc);
         hp_mbar_arrive(bars + 8 * (1 + 2 * AWG_STAGES + s));  // this thread is done with the stage
     }
     // epilogue: normalize, the rows < T and their lse
@@ -284,7 +285,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 }
 
 // ------------------------------------------------------------------------------------------------
-// Backward (deterministic, two kernels, the same summation order on every run), after attn_bwd_preprocess_kernel
+// Backward (deterministic, two kernels, the same summation order on every run), after attn_bwd_preprocess
 // has written D = rowsum(dout * out) [B, H, T]. P = exp2(S * scale_log2 - lse * log2e) recomputed from the lse of
 // the forward; dS = P (dP - D) with P and dP in fp32; P and dS rounded to bf16 as the A operands of the
 // products with dO, Q and K. dK = scale * sum dS^T Q, dQ = scale * sum dS K, dV = sum P^T dO.
@@ -302,13 +303,14 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 //   warp 0 (producer): the K and V tiles (64 x 64) per block into the ring.
 //   warpgroups 1, 2 (64 rows each): S = Q K^T and dP = dO V^T, dS in registers, dQ += dS K (B = K, MN-major).
 // Rows and keys past T: their P is 0 (lse +inf, or masked as keys after every query < T); they are not written.
+#ifndef AWG_BWD_STAGES
 #define AWG_BWD_STAGES 2
+#endif
 #define AWG_HALF_TILE_BYTES (64 * AWG_HD * 2)  // 8192: a 64-row tile
 #define AWG_DKDV_SMEM_BYTES \
     (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * (2 * AWG_HALF_TILE_BYTES + 2 * 64 * 4) + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
-#define AWG_DQ_SMEM_BYTES (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * 2 * AWG_HALF_TILE_BYTES + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
+#define AWG_DQ_SMEM_BYTES(KB) (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * 2 * (KB) * AWG_HD * 2 + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
 
-template <bool OV>
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmdO,
                            const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
@@ -335,7 +337,6 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
     }
     __syncthreads();
     if (wg == 0) {  // producer warp
-        if (OV) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x >= 32) return;
         const int lane = threadIdx.x;
         if (lane == 0) {
@@ -365,7 +366,6 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
         }
         return;
     }
-    if (OV) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     // consumer c: keys kr0 = k0 + 64 c + 16 warp + lane / 4 and kr0 + 8 (the accumulator rows of this thread)
     const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
     const int kc0 = k0 + 64 * c, kr0 = kc0 + 16 * warp + (lane >> 2), kr1 = kr0 + 8;
@@ -396,56 +396,34 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
             hp_wgmma_wait<0>();
             awg_fence_acc(st);
             awg_fence_acc(dpt);
-            // P^T and dS^T: row = key (kr0 for e < 2, kr1 else), col = query q0 + 8 jn + 2 qd + (e & 1).
-            // OV: dV += P^T dO is issued before dS^T is computed, which then overlaps it.
+            // P^T and dS^T: row = key (kr0 for e < 2, kr1 else), col = query q0 + 8 jn + 2 qd + (e & 1)
             const bool mask = q0 < kc0 + 63;
             uint32_t pa[4][4], da[4][4];
 #pragma unroll
             for (int jn = 0; jn < 8; jn++) {
                 const float2 l2 = *reinterpret_cast<const float2 *>(L + 8 * jn + 2 * qd);
+                const float2 d2 = *reinterpret_cast<const float2 *>(D + 8 * jn + 2 * qd);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int i = 4 * jn + e;
                     float p = tc_exp2(fmaf(st[i], scale_log2, -((e & 1) ? l2.y : l2.x)));
                     if (mask && q0 + 8 * jn + 2 * qd + (e & 1) < (e < 2 ? kr0 : kr1)) p = 0.0f;
                     st[i] = p;
-                    if (!OV) {
-                        const float2 d2 = *reinterpret_cast<const float2 *>(D + 8 * jn + 2 * qd);
-                        dpt[i] = p * (dpt[i] - ((e & 1) ? d2.y : d2.x));
-                    }
+                    dpt[i] = p * (dpt[i] - ((e & 1) ? d2.y : d2.x));
                 }
             }
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) pa[kk][i] = tc_pack_bf16x2(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
-            if (OV) {
-                awg_fence_acc(dva);
-                hp_wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    awg_wgmma_m64n64k16_rs(dva, pa[kk], hp_desc_sw128(sdO + 2048 * kk, 1024));
-                hp_wgmma_commit();
-#pragma unroll
-                for (int jn = 0; jn < 8; jn++) {
-                    const float2 d2 = *reinterpret_cast<const float2 *>(D + 8 * jn + 2 * qd);
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        dpt[4 * jn + e] = st[4 * jn + e] * (dpt[4 * jn + e] - ((e & 1) ? d2.y : d2.x));
+                for (int i = 0; i < 4; i++) {
+                    pa[kk][i] = tc_pack_bf16x2(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
+                    da[kk][i] = tc_pack_bf16x2(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
                 }
-            }
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) da[kk][i] = tc_pack_bf16x2(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
-            if (!OV) awg_fence_acc(dva);
+            awg_fence_acc(dva);
             awg_fence_acc(dka);
             hp_wgmma_fence();
-            if (!OV) {
 #pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    awg_wgmma_m64n64k16_rs(dva, pa[kk], hp_desc_sw128(sdO + 2048 * kk, 1024));
-            }
+            for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dva, pa[kk], hp_desc_sw128(sdO + 2048 * kk, 1024));
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dka, da[kk], hp_desc_sw128(sQ + 2048 * kk, 1024));
             hp_wgmma_commit();
@@ -472,7 +450,8 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
     }
 }
 
-template <bool OV>
+// KB: keys per block, 64 (m64n64 S and dP tiles) or 128 (m64n128; setmaxnreg 24 / 240 for the registers).
+template <int KB>
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmdO,
                          const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
@@ -481,11 +460,12 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
     extern __shared__ __align__(16) unsigned char awg_smem[];
     const uint32_t base = (hp_smem_addr(awg_smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sdO = sQ + AWG_TILE_BYTES, sK0 = sdO + AWG_TILE_BYTES;
-    const uint32_t sV0 = sK0 + AWG_BWD_STAGES * AWG_HALF_TILE_BYTES;
-    const uint32_t bars = sV0 + AWG_BWD_STAGES * AWG_HALF_TILE_BYTES;  // q_full, full[S], empty[S]
+    constexpr uint32_t KT = KB * AWG_HD * 2;  // bytes of a K or V tile
+    const uint32_t sV0 = sK0 + AWG_BWD_STAGES * KT;
+    const uint32_t bars = sV0 + AWG_BWD_STAGES * KT;  // q_full, full[S], empty[S]
     const int mb = gridDim.x - 1 - blockIdx.x;  // the heaviest (latest) query blocks first
     const int h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH), q0 = mb * AWG_BM;
-    const int nkb = min(2 * mb + 2, CEIL_DIV(T, 64));  // 64-key blocks up to the diagonal
+    const int nkb = min((q0 + AWG_BM) / KB, CEIL_DIV(T, KB));  // key blocks up to the diagonal
     const int wg = threadIdx.x >> 7;
     const uint32_t q_full = bars;
     if (threadIdx.x == 0) {
@@ -498,6 +478,7 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
     }
     __syncthreads();
     if (wg == 0) {
+        if (KB == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x != 0) return;
         hp_mbar_arrive_expect_tx(q_full, 2 * AWG_TILE_BYTES);
         hp_tma_load_2d(sQ, &tmQ, q_full, h * AWG_HD, b * T + q0);
@@ -506,12 +487,13 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
             const int s = j % AWG_BWD_STAGES;
             const uint32_t ph = (uint32_t)(j / AWG_BWD_STAGES) & 1u, full = bars + 8 * (1 + s);
             hp_mbar_wait(bars + 8 * (1 + AWG_BWD_STAGES + s), ph ^ 1u, AWG_TIMEOUT_NS);
-            hp_mbar_arrive_expect_tx(full, 2 * AWG_HALF_TILE_BYTES);
-            hp_tma_load_2d(sK0 + s * AWG_HALF_TILE_BYTES, &tmK, full, kvh * AWG_HD, b * T + 64 * j);
-            hp_tma_load_2d(sV0 + s * AWG_HALF_TILE_BYTES, &tmV, full, kvh * AWG_HD, b * T + 64 * j);
+            hp_mbar_arrive_expect_tx(full, 2 * KT);
+            hp_tma_load_2d(sK0 + s * KT, &tmK, full, kvh * AWG_HD, b * T + KB * j);
+            hp_tma_load_2d(sV0 + s * KT, &tmV, full, kvh * AWG_HD, b * T + KB * j);
         }
         return;
     }
+    if (KB == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     // consumer c: rows r0 = q0 + 64 c + 16 warp + lane / 4 and r0 + 8
     const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
     const int rc0 = q0 + 64 * c, r0 = rc0 + 16 * warp + (lane >> 2), r1 = r0 + 8;
@@ -528,34 +510,40 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
 #pragma unroll
     for (int i = 0; i < 32; i++) dqa[i] = 0.0f;
     hp_mbar_wait(q_full, 0, AWG_TIMEOUT_NS);
-    // blocks 0 .. na - 1 hold keys at or before some row of this warpgroup; the rest (at most one) are skipped
-    const int na = min(nkb, (rc0 + 63) / 64 + 1);
-    float sc[32], dp[32];
     for (int j = 0; j < nkb; j++) {
-        const int s = j % AWG_BWD_STAGES, kb0 = 64 * j;
+        const int s = j % AWG_BWD_STAGES, kb0 = KB * j;
         const uint32_t ph = (uint32_t)(j / AWG_BWD_STAGES) & 1u;
-        const uint32_t sK = sK0 + s * AWG_HALF_TILE_BYTES, sV = sV0 + s * AWG_HALF_TILE_BYTES;
-        if (!OV || j == 0 || j >= na) hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
-        if (j < na) {
-            if (!OV || j == 0) {  // S = Q K^T, dP = dO V^T (OV: issued by the previous block's step for j > 0)
-                awg_fence_acc(sc);
-                awg_fence_acc(dp);
-                hp_wgmma_fence();
+        hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
+        if (kb0 <= rc0 + 63) {  // else every key of the block is after every row of this warpgroup
+            const uint32_t sK = sK0 + s * KT, sV = sV0 + s * KT;
+            float sc[KB / 2], dp[KB / 2];
+            awg_fence_acc(sc);
+            awg_fence_acc(dp);
+            hp_wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < AWG_HD / 16; kk++)
+            for (int kk = 0; kk < AWG_HD / 16; kk++) {
+                if constexpr (KB == 128) {
+                    awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0);
+                } else {
                     awg_wgmma_m64n64k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0);
-#pragma unroll
-                for (int kk = 0; kk < AWG_HD / 16; kk++)
-                    awg_wgmma_m64n64k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV + 32 * kk), kk > 0);
-                hp_wgmma_commit();
-                hp_wgmma_wait<0>();
-                awg_fence_acc(sc);
-                awg_fence_acc(dp);
+                }
             }
-            const bool mask = kb0 + 63 > rc0;
-            uint32_t da[4][4];
 #pragma unroll
-            for (int jn = 0; jn < 8; jn++)
+            for (int kk = 0; kk < AWG_HD / 16; kk++) {
+                if constexpr (KB == 128) {
+                    awg_wgmma_m64n128k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV + 32 * kk), kk > 0);
+                } else {
+                    awg_wgmma_m64n64k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV + 32 * kk), kk > 0);
+                }
+            }
+            hp_wgmma_commit();
+            hp_wgmma_wait<0>();
+            awg_fence_acc(sc);
+            awg_fence_acc(dp);
+            const bool mask = kb0 + KB - 1 > rc0;
+            uint32_t da[KB / 16][4];
+#pragma unroll
+            for (int jn = 0; jn < KB / 8; jn++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int i = 4 * jn + e, hi = e >> 1;
@@ -564,35 +552,17 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
                     sc[i] = p * (dp[i] - Dr[hi]);
                 }
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++)
+            for (int kk = 0; kk < KB / 16; kk++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) da[kk][i] = tc_pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
             awg_fence_acc(dqa);
             hp_wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dqa, da[kk], hp_desc_sw128(sK + 2048 * kk, 1024));
+            for (int kk = 0; kk < KB / 16; kk++)
+                awg_wgmma_m64n64k16_rs(dqa, da[kk], hp_desc_sw128(sK + 2048 * kk, 1024));
             hp_wgmma_commit();
-            if (OV && j + 1 < na) {  // S and dP of the next block behind this dQ step
-                const int s1 = (j + 1) % AWG_BWD_STAGES;
-                const uint32_t sK1 = sK0 + s1 * AWG_HALF_TILE_BYTES, sV1 = sV0 + s1 * AWG_HALF_TILE_BYTES;
-                hp_mbar_wait(bars + 8 * (1 + s1), (uint32_t)((j + 1) / AWG_BWD_STAGES) & 1u, AWG_TIMEOUT_NS);
-                awg_fence_acc(sc);
-                awg_fence_acc(dp);
-                hp_wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < AWG_HD / 16; kk++)
-                    awg_wgmma_m64n64k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK1 + 32 * kk), kk > 0);
-#pragma unroll
-                for (int kk = 0; kk < AWG_HD / 16; kk++)
-                    awg_wgmma_m64n64k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV1 + 32 * kk), kk > 0);
-                hp_wgmma_commit();
-            }
             hp_wgmma_wait<0>();
             awg_fence_acc(dqa);
-            if (OV) {
-                awg_fence_acc(sc);
-                awg_fence_acc(dp);
-            }
         }
         hp_mbar_arrive(bars + 8 * (1 + AWG_BWD_STAGES + s));
     }
@@ -637,16 +607,6 @@ static inline int attention_wgmma_supported(int hd) {
     return major == 9;
 }
 
-// SLLM_AWG_OV=0|1 (dev A/B, read once): the kernels' OV template (issue order only; the same bits either way).
-static inline int awg_overlap(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("SLLM_AWG_OV");
-        v = (e && e[0]) ? atoi(e) != 0 : 0;
-    }
-    return v;
-}
-
 // Calls of attention_forward_wgmma that could not launch (message printed; the caller falls back to the mma.sync
 // kernel). Tests assert it stays 0 on an sm_90 GPU, so a fallback cannot pass for the wgmma kernel.
 static int g_attn_wgmma_fallbacks = 0;
@@ -667,26 +627,20 @@ static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, 
     }
     static int smem_set = 0;
     if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_fwd_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       AWG_SMEM_BYTES));
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_fwd_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        AWG_SMEM_BYTES));
         smem_set = 1;
     }
     const dim3 grid((unsigned)CEIL_DIV(T, AWG_BM), (unsigned)H, (unsigned)B);
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)AWG_HD);
-    if (awg_overlap())
-        attn_wgmma_fwd_kernel<true><<<grid, AWG_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH,
-                                                                                  scale_log2, kc, vc, S);
-    else
-        attn_wgmma_fwd_kernel<false><<<grid, AWG_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH,
-                                                                                   scale_log2, kc, vc, S);
+    attn_wgmma_fwd_kernel<<<grid, AWG_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH, scale_log2,
+                                                                          kc, vc, S);
     cudaCheckLaunch();
     g_attn_wgmma_launches++;
     return 0;
 }
 
-// The backward on the wgmma kernels, after attn_bwd_preprocess_kernel wrote dsum = D [B, H, T]: dq [B, T, H, 64],
+// The backward on the wgmma kernels, after attn_bwd_preprocess wrote dsum = D [B, H, T]: dq [B, T, H, 64],
 // dk, dv [B, T, KVH, 64] (bf16, every element written). Returns 0, or 1 when it cannot run here (message printed,
 // g_attn_wgmma_fallbacks counted; nothing launched).
 static inline int attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
@@ -705,32 +659,31 @@ static inline int attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const b
     }
     static int smem_set = 0;
     if (!smem_set) {
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dkdv_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        AWG_DKDV_SMEM_BYTES));
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dkdv_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       AWG_DKDV_SMEM_BYTES));
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       AWG_DQ_SMEM_BYTES));
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       AWG_DQ_SMEM_BYTES));
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       AWG_DQ_SMEM_BYTES(64)));
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       AWG_DQ_SMEM_BYTES(128)));
         smem_set = 1;
     }
     const float scale = 1.0f / sqrtf((float)AWG_HD), scale_log2 = scale * 1.4426950408889634f;
     const dim3 gkv((unsigned)CEIL_DIV(T, AWG_BN), (unsigned)KVH, (unsigned)B);
+    attn_wgmma_bwd_dkdv_kernel<<<gkv, AWG_THREADS, AWG_DKDV_SMEM_BYTES, stream>>>(
+        mq64, mdo64, mk128, mv128, dk, dv, lse, dsum, T, H, KVH, scale, scale_log2);
+    cudaCheckLaunch();
     const dim3 gq((unsigned)CEIL_DIV(T, AWG_BM), (unsigned)H, (unsigned)B);
-    if (awg_overlap()) {
-        attn_wgmma_bwd_dkdv_kernel<true><<<gkv, AWG_THREADS, AWG_DKDV_SMEM_BYTES, stream>>>(
-            mq64, mdo64, mk128, mv128, dk, dv, lse, dsum, T, H, KVH, scale, scale_log2);
-        cudaCheckLaunch();
-        attn_wgmma_bwd_dq_kernel<true><<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES, stream>>>(
-            mq128, mdo128, mk64, mv64, dq, lse, dsum, T, H, KVH, scale, scale_log2);
-    } else {
-        attn_wgmma_bwd_dkdv_kernel<false><<<gkv, AWG_THREADS, AWG_DKDV_SMEM_BYTES, stream>>>(
-            mq64, mdo64, mk128, mv128, dk, dv, lse, dsum, T, H, KVH, scale, scale_log2);
-        cudaCheckLaunch();
-        attn_wgmma_bwd_dq_kernel<false><<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES, stream>>>(
-            mq128, mdo128, mk64, mv64, dq, lse, dsum, T, H, KVH, scale, scale_log2);
+    static int dq_kb = -1;  // SLLM_AWG_DQKB=64|128 (dev A/B, read once)
+    if (dq_kb < 0) {
+        const char *e = getenv("SLLM_AWG_DQKB");
+        dq_kb = (e && e[0]) ? atoi(e) : 64;
     }
+    if (dq_kb == 128)
+        attn_wgmma_bwd_dq_kernel<128><<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES(128), stream>>>(
+            mq128, mdo128, mk128, mv128, dq, lse, dsum, T, H, KVH, scale, scale_log2);
+    else
+        attn_wgmma_bwd_dq_kernel<64><<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES(64), stream>>>(
+            mq128, mdo128, mk64, mv64, dq, lse, dsum, T, H, KVH, scale, scale_log2);
     cudaCheckLaunch();
     g_attn_wgmma_launches += 2;
     return 0;

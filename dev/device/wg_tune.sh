@@ -1,33 +1,38 @@
 #!/usr/bin/env bash
-# Tuning of the wgmma attention kernels in one call: ring depth (AWG_STAGES = AWG_BWD_STAGES = 2, 3, 4; -D builds
+# Tuning of the wgmma attention kernels in one call: ring depth (AWG_STAGES = AWG_BWD_STAGES = 2 and $STAGES; -D builds
 # of bench_attention and gpu_test_attention) and the dQ kernel's key block (SLLM_AWG_DQKB=64|128), each tested
 # against float64 and timed, then PyTorch's SDPA (cuDNN, flash) in the same call.
-#   bash dev/device/wg_tune.sh        (carry deps-debs)
+#   STAGES="3 4" REPS=2 bash dev/device/wg_tune.sh        (carry deps-debs)
 # Log: $OUT/wg_tune.log.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/wg_tune.log") 2>&1
 t0=$(date +%s)
 el() { echo "[$(( $(date +%s) - t0 )) s]"; }
+STAGES=${STAGES:-3 4}; REPS=${REPS:-2}
 [ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 make -j"$(nproc)" build/libsllm.a build/gpu_test_attention build/bench_attention build/train_gpt_relu > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-F="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. -Icore -Itest --expt-relaxed-constexpr"
-L="build/libsllm.a -lcjson -lpcre2-8 -lm -lpthread -ldl -lcublasLt -lcublas -lcuda -ldl"
-for st in 3 4; do
+D=.deps/usr/lib/x86_64-linux-gnu
+F="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. -Icore -Itest -I.deps/usr/include --expt-relaxed-constexpr"
+L="build/libsllm.a -L$D -Xlinker -rpath -Xlinker $PWD/$D -lcjson -lpcre2-8 -lm -lpthread -ldl -lcublasLt -lcublas -lcuda"
+pids=""
+for st in $STAGES; do
   nvcc $F -DAWG_STAGES=$st -DAWG_BWD_STAGES=$st dev/bench/bench_attention.cu -o build/bench_attention_st$st $L >> "$OUT/build.log" 2>&1 &
+  pids="$pids $!"
   nvcc $F -DAWG_STAGES=$st -DAWG_BWD_STAGES=$st test/gpu/test_attention.cu -o build/gpu_test_attention_st$st $L -lcmocka >> "$OUT/build.log" 2>&1 &
+  pids="$pids $!"
 done
-wait
+for p in $pids; do wait $p || echo "a -D build failed (see build.log)"; done  # (a bare wait would also wait for tee)
 el; echo built
-for t in gpu_test_attention gpu_test_attention_st3 gpu_test_attention_st4; do
+for t in gpu_test_attention $(for st in $STAGES; do echo gpu_test_attention_st$st; done); do
   for kb in 64 128; do
     SLLM_AWG_DQKB=$kb timeout 120 ./build/$t > "$OUT/t.txt" 2>&1
     echo "$(el) $t SLLM_AWG_DQKB=$kb rc=$?: $(grep -E "PASSED|FAILED|fallbacks|differs" "$OUT/t.txt" | tr '\n' ' ')"
   done
 done
-for rep in 1 2; do
-  for b in bench_attention bench_attention_st3 bench_attention_st4; do
+for rep in $(seq "$REPS"); do
+  for b in bench_attention $(for st in $STAGES; do echo bench_attention_st$st; done); do
     for kb in 64 128; do
       SLLM_AWG_DQKB=$kb timeout 60 ./build/$b 20 > /tmp/b.txt 2>&1
       echo "$(el) $b SLLM_AWG_DQKB=$kb:"; grep -E "^(wgbwd) " /tmp/b.txt

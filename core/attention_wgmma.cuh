@@ -21,7 +21,6 @@
 #define SLLM_ATTENTION_WGMMA_CUH
 
 #include <stdint.h>
-#include <stdlib.h>  // getenv
 
 #include "cuda_common.cuh"
 #include "hopper.cuh"
@@ -299,17 +298,18 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 //     K-major), P^T and dS^T in registers, then dV += P^T dO and dK += dS^T Q (A from registers, B = the dO and Q
 //     tiles MN-major). A query block entirely before the warpgroup's keys is skipped.
 // dQ kernel: grid (ceil(T / 128), H, B), 384 threads. CTA: 128 query rows of one (batch, head) (Q and dO loaded
-// once), looping over 64-key blocks up to the diagonal.
-//   warp 0 (producer): the K and V tiles (64 x 64) per block into the ring.
-//   warpgroups 1, 2 (64 rows each): S = Q K^T and dP = dO V^T, dS in registers, dQ += dS K (B = K, MN-major).
+// once), looping over 128-key blocks up to the diagonal.
+//   thread 0 (producer): the K and V tiles (128 x 64) per block into the ring.
+//   warpgroups 1, 2 (64 rows each): S = Q K^T and dP = dO V^T (m64n128k16), dS in registers, dQ += dS K (B = K,
+//     MN-major).
 // Rows and keys past T: their P is 0 (lse +inf, or masked as keys after every query < T); they are not written.
-#ifndef AWG_BWD_STAGES
-#define AWG_BWD_STAGES 2
+#ifndef AWG_BWD_STAGES  // 4 against 2 (H200, B 4): 0.739 -> 0.713 ms; the forward keeps 2 (0.242 -> 0.247 at 4)
+#define AWG_BWD_STAGES 4
 #endif
 #define AWG_HALF_TILE_BYTES (64 * AWG_HD * 2)  // 8192: a 64-row tile
 #define AWG_DKDV_SMEM_BYTES \
     (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * (2 * AWG_HALF_TILE_BYTES + 2 * 64 * 4) + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
-#define AWG_DQ_SMEM_BYTES(KB) (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * 2 * (KB) * AWG_HD * 2 + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
+#define AWG_DQ_SMEM_BYTES ((2 + 2 * AWG_BWD_STAGES) * AWG_TILE_BYTES + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
 
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmdO,
@@ -450,8 +450,8 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
     }
 }
 
-// KB: keys per block, 64 (m64n64 S and dP tiles) or 128 (m64n128; setmaxnreg 24 / 240 for the registers).
-template <int KB>
+// 128-key blocks (m64n128 S and dP tiles; setmaxnreg 24 / 240 for the registers: 64-key blocks were slower,
+// 0.720 -> 0.739 ms at B 4 on the H200).
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmdO,
                          const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
@@ -460,7 +460,8 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
     extern __shared__ __align__(16) unsigned char awg_smem[];
     const uint32_t base = (hp_smem_addr(awg_smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sdO = sQ + AWG_TILE_BYTES, sK0 = sdO + AWG_TILE_BYTES;
-    constexpr uint32_t KT = KB * AWG_HD * 2;  // bytes of a K or V tile
+    constexpr int KB = AWG_BN;
+    constexpr uint32_t KT = AWG_TILE_BYTES;  // a K or V tile
     const uint32_t sV0 = sK0 + AWG_BWD_STAGES * KT;
     const uint32_t bars = sV0 + AWG_BWD_STAGES * KT;  // q_full, full[S], empty[S]
     const int mb = gridDim.x - 1 - blockIdx.x;  // the heaviest (latest) query blocks first
@@ -478,7 +479,7 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
     }
     __syncthreads();
     if (wg == 0) {
-        if (KB == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x != 0) return;
         hp_mbar_arrive_expect_tx(q_full, 2 * AWG_TILE_BYTES);
         hp_tma_load_2d(sQ, &tmQ, q_full, h * AWG_HD, b * T + q0);
@@ -493,7 +494,7 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
         }
         return;
     }
-    if (KB == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     // consumer c: rows r0 = q0 + 64 c + 16 warp + lane / 4 and r0 + 8
     const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
     const int rc0 = q0 + 64 * c, r0 = rc0 + 16 * warp + (lane >> 2), r1 = r0 + 8;
@@ -521,21 +522,11 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
             awg_fence_acc(dp);
             hp_wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < AWG_HD / 16; kk++) {
-                if constexpr (KB == 128) {
-                    awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0);
-                } else {
-                    awg_wgmma_m64n64k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0);
-                }
-            }
+            for (int kk = 0; kk < AWG_HD / 16; kk++)
+                awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0);
 #pragma unroll
-            for (int kk = 0; kk < AWG_HD / 16; kk++) {
-                if constexpr (KB == 128) {
-                    awg_wgmma_m64n128k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV + 32 * kk), kk > 0);
-                } else {
-                    awg_wgmma_m64n64k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV + 32 * kk), kk > 0);
-                }
-            }
+            for (int kk = 0; kk < AWG_HD / 16; kk++)
+                awg_wgmma_m64n128k16_ss(dp, hp_desc_sw128(adO + 32 * kk), hp_desc_sw128(sV + 32 * kk), kk > 0);
             hp_wgmma_commit();
             hp_wgmma_wait<0>();
             awg_fence_acc(sc);
@@ -647,13 +638,12 @@ static inline int attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const b
                                            const float *dsum, const bf16 *q, const bf16 *k, const bf16 *v, int B,
                                            int T, int H, int KVH, cudaStream_t stream) {
     HpEncodeTiledFn enc = hp_encode_fn();
-    CUtensorMap mq64, mdo64, mk128, mv128, mq128, mdo128, mk64, mv64;
+    CUtensorMap mq64, mdo64, mk128, mv128, mq128, mdo128;
     const long long N = (long long)B * T;
     const int qc = H * AWG_HD, kc = KVH * AWG_HD;
     if (!enc || awg_make_map(enc, &mq64, q, N, qc, "q", 64) || awg_make_map(enc, &mdo64, dout, N, qc, "dout", 64) ||
         awg_make_map(enc, &mk128, k, N, kc, "k", 128) || awg_make_map(enc, &mv128, v, N, kc, "v", 128) ||
-        awg_make_map(enc, &mq128, q, N, qc, "q", 128) || awg_make_map(enc, &mdo128, dout, N, qc, "dout", 128) ||
-        awg_make_map(enc, &mk64, k, N, kc, "k", 64) || awg_make_map(enc, &mv64, v, N, kc, "v", 64)) {
+        awg_make_map(enc, &mq128, q, N, qc, "q", 128) || awg_make_map(enc, &mdo128, dout, N, qc, "dout", 128)) {
         g_attn_wgmma_fallbacks++;
         return 1;
     }
@@ -661,10 +651,8 @@ static inline int attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const b
     if (!smem_set) {
         cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        AWG_DKDV_SMEM_BYTES));
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       AWG_DQ_SMEM_BYTES(64)));
-        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       AWG_DQ_SMEM_BYTES(128)));
+        cudaCheck(cudaFuncSetAttribute(attn_wgmma_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       AWG_DQ_SMEM_BYTES));
         smem_set = 1;
     }
     const float scale = 1.0f / sqrtf((float)AWG_HD), scale_log2 = scale * 1.4426950408889634f;
@@ -673,17 +661,8 @@ static inline int attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const b
         mq64, mdo64, mk128, mv128, dk, dv, lse, dsum, T, H, KVH, scale, scale_log2);
     cudaCheckLaunch();
     const dim3 gq((unsigned)CEIL_DIV(T, AWG_BM), (unsigned)H, (unsigned)B);
-    static int dq_kb = -1;  // SLLM_AWG_DQKB=64|128 (dev A/B, read once)
-    if (dq_kb < 0) {
-        const char *e = getenv("SLLM_AWG_DQKB");
-        dq_kb = (e && e[0]) ? atoi(e) : 64;
-    }
-    if (dq_kb == 128)
-        attn_wgmma_bwd_dq_kernel<128><<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES(128), stream>>>(
-            mq128, mdo128, mk128, mv128, dq, lse, dsum, T, H, KVH, scale, scale_log2);
-    else
-        attn_wgmma_bwd_dq_kernel<64><<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES(64), stream>>>(
-            mq128, mdo128, mk64, mv64, dq, lse, dsum, T, H, KVH, scale, scale_log2);
+    attn_wgmma_bwd_dq_kernel<<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES, stream>>>(mq128, mdo128, mk128, mv128, dq, lse, dsum,
+                                                                            T, H, KVH, scale, scale_log2);
     cudaCheckLaunch();
     g_attn_wgmma_launches += 2;
     return 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Tuning of the wgmma attention kernels in one call: ring depth (AWG_STAGES = AWG_BWD_STAGES = 2 and $STAGES; -D builds
-# of bench_attention and gpu_test_attention) and the dQ kernel's key block (SLLM_AWG_DQKB=64|128), each tested
-# against float64 and timed, then PyTorch's SDPA (cuDNN, flash) in the same call.
+# Tuning of the wgmma attention kernels' ring depth in one call: the default build (forward 2 stages, backward 4)
+# and -D builds of bench_attention and gpu_test_attention with AWG_STAGES = AWG_BWD_STAGES = each of $STAGES, each
+# tested against float64 and timed, then PyTorch's SDPA (cuDNN, flash) and the 0.5B training step.
 #   STAGES="3 4" REPS=2 bash dev/device/wg_tune.sh        (carry deps-debs)
 # Log: $OUT/wg_tune.log.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -26,22 +26,16 @@ done
 for p in $pids; do wait $p || echo "a -D build failed (see build.log)"; done  # (a bare wait would also wait for tee)
 el; echo built
 for t in gpu_test_attention $(for st in $STAGES; do echo gpu_test_attention_st$st; done); do
-  for kb in 64 128; do
-    SLLM_AWG_DQKB=$kb timeout 120 ./build/$t > "$OUT/t.txt" 2>&1
-    echo "$(el) $t SLLM_AWG_DQKB=$kb rc=$?: $(grep -E "PASSED|FAILED|fallbacks|differs" "$OUT/t.txt" | tr '\n' ' ')"
-  done
+  timeout 120 ./build/$t > "$OUT/t.txt" 2>&1
+  echo "$(el) $t rc=$?: $(grep -E "PASSED|FAILED|fallbacks|differs" "$OUT/t.txt" | tr '\n' ' ')"
 done
 for rep in $(seq "$REPS"); do
   for b in bench_attention $(for st in $STAGES; do echo bench_attention_st$st; done); do
-    for kb in 64 128; do
-      SLLM_AWG_DQKB=$kb timeout 60 ./build/$b 20 > /tmp/b.txt 2>&1
-      echo "$(el) $b SLLM_AWG_DQKB=$kb:"; grep -E "^(wgbwd) " /tmp/b.txt
-    done
+    timeout 60 ./build/$b 20 > /tmp/b.txt 2>&1
+    echo "$(el) $b:"; grep -E "^(wg|wgbwd) " /tmp/b.txt
   done
 done
 python3 dev/bench/sdpa_bench.py --reps 30 2>&1 | grep -E "^(cudnn|flash)"
-for kb in 64 128; do
-  SLLM_AWG_DQKB=$kb timeout 150 ./build/train_gpt_relu --preset 0.5B --batch 4 --seq 2048 --bench 12 > /tmp/tr.txt 2>&1
-  echo "$(el) train 0.5B SLLM_AWG_DQKB=$kb: $(grep -E "^bench:.*tokens/ms" /tmp/tr.txt | tail -1)"
-  grep -E "attn (fwd|bwd): attention kernel" /tmp/tr.txt
-done
+timeout 150 ./build/train_gpt_relu --preset 0.5B --batch 4 --seq 2048 --bench 12 > /tmp/tr.txt 2>&1
+echo "$(el) train 0.5B: $(grep -E "^bench:.*tokens/ms" /tmp/tr.txt | tail -1)"
+grep -E "attn (fwd|bwd): attention kernel" /tmp/tr.txt

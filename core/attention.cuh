@@ -220,16 +220,8 @@ static __global__ void attn_bwd_preprocess_kernel(float *dsum, float *dq_acc, co
     float s = 0.0f;
     if (row < rows) {
         for (int d = 8 * sub; d < hd; d += 8 * G) {
-            const uint4 a = *reinterpret_cast<const uint4 *>(dout + row * hd + d);
-            const uint4 c = *reinterpret_cast<const uint4 *>(out + row * hd + d);
-            const __nv_bfloat162 *a2 = reinterpret_cast<const __nv_bfloat162 *>(&a);
-            const __nv_bfloat162 *c2 = reinterpret_cast<const __nv_bfloat162 *>(&c);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float2 x = __bfloat1622float2(a2[e]), y = __bfloat1622float2(c2[e]);
-                s = fmaf(x.x, y.x, s);
-                s = fmaf(x.y, y.y, s);
-            }
+            s = dot8_bf16(*reinterpret_cast<const uint4 *>(dout + row * hd + d),
+                          *reinterpret_cast<const uint4 *>(out + row * hd + d), s);
             if (dq_acc) {
                 float4 *z = reinterpret_cast<float4 *>(dq_acc + row * hd + d);
                 z[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1194,7 +1186,7 @@ static inline void attention_backward_path(AttnPath path, bf16 *dq, bf16 *dk, bf
 }
 
 // The binding API (core/attention.cuh in apis.md): variant from SLLM_ATTN / SLLM_ATTN_FWD / SLLM_ATTN_BWD
-// (defaults: fast, v2, det).
+// (defaults: fast, wg, wg: the wgmma kernels where they run, else v2 and det).
 static inline int attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
                                     int H, int KVH, int hd, cudaStream_t stream, const AttnKVCache *cache = NULL) {
     AttnVariant va = attention_variant_from_env();

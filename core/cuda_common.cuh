@@ -104,6 +104,19 @@ static inline cudaError_t device_bufs_alloc(DeviceBufSpec *spec, int n, void **m
     return cudaSuccess;
 }
 
+// The sum of the 8 products of two 16-byte chunks of bf16, added to acc in element order.
+__device__ __forceinline__ float dot8_bf16(uint4 a, uint4 b, float acc) {
+    const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a);
+    const __nv_bfloat162 *pb = reinterpret_cast<const __nv_bfloat162 *>(&b);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 fa = __bfloat1622float2(pa[i]), fb = __bfloat1622float2(pb[i]);
+        acc = fmaf(fa.x, fb.x, acc);
+        acc = fmaf(fa.y, fb.y, acc);
+    }
+    return acc;
+}
+
 // Warp reductions.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

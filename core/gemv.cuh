@@ -36,18 +36,6 @@
 #define GEMV_MAX_M 4    // rows of x per call (x stays in shared memory: M * K * 2 bytes)
 #define GEMV_U 8        // 16-byte chunks per lane and weight row in flight (one step covers 2048 columns)
 
-// sum of the 8 products of two 16-byte chunks of bf16, added to acc in element order
-__device__ __forceinline__ float gemv_dot8(uint4 a, uint4 b, float acc) {
-    const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a);
-    const __nv_bfloat162 *pb = reinterpret_cast<const __nv_bfloat162 *>(&b);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 fa = __bfloat1622float2(pa[i]), fb = __bfloat1622float2(pb[i]);
-        acc = fmaf(fa.x, fb.x, acc);
-        acc = fmaf(fa.y, fb.y, acc);
-    }
-    return acc;
-}
 
 // The input rows: x [M, K] as given, or (gain != NULL) x = rmsnorm(a + b) * gain computed by every CTA for itself
 // (core/rmsnorm.cuh's function: s = bf16(a + b), rstd = 1 / sqrt(mean(s^2) + eps), x = bf16(s * rstd * gain); b may
@@ -141,7 +129,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
                     for (int m = 0; m < M; m++) {
                         const uint4 xv = gemv_xs[m * KC + c];
 #pragma unroll
-                        for (int r = 0; r < R; r++) acc[m][r] = gemv_dot8(xv, w[r][u], acc[m][r]);
+                        for (int r = 0; r < R; r++) acc[m][r] = dot8_bf16(xv, w[r][u], acc[m][r]);
                     }
                 }
             }

@@ -418,7 +418,7 @@ struct TwellDecodeGemvGateOp {
                         const int c = c0 + 32 * i;
                         if (c < KC)
 #pragma unroll
-                            for (int m = 0; m < MM; m++) d[m] = gemv_dot8(xs[m * KC + c], w[i], d[m]);
+                            for (int m = 0; m < MM; m++) d[m] = dot8_bf16(xs[m * KC + c], w[i], d[m]);
                     }
                 }
 #pragma unroll

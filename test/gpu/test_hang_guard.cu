@@ -28,13 +28,13 @@ extern "C" {
 // One CTA of 128 threads waits on one mbarrier (count 1); thread 0 arrives on it iff `arrive`.
 __global__ void hang_guard_kernel(int arrive) {
     __shared__ uint64_t bar;
-    const uint32_t a = twg_smem_addr(&bar);
+    const uint32_t a = hp_smem_addr(&bar);
     if (threadIdx.x == 0) {
-        twg_mbar_init(a, 1);
-        twg_fence_barrier_init();
+        hp_mbar_init(a, 1);
+        hp_fence_barrier_init();
     }
     __syncthreads();
-    if (arrive && threadIdx.x == 0) twg_mbar_arrive(a);
+    if (arrive && threadIdx.x == 0) hp_mbar_arrive(a);
     twg_mbar_wait(a, 0);
 }
 

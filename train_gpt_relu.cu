@@ -57,7 +57,7 @@ typedef struct {
         d_ff, nongated, max_seq, time_limit, deterministic, profile, no_reduce, keep_last, allow_config_change,
         dist_max_ctas;
     float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta, dist_timeout;
-    const char *dist_init, *grad_reduce;
+    const char *dist_init, *grad_reduce, *moments;
     unsigned long long seed;
     // FFN path (model/sparse_ffn.cuh)
     const char *ffn_path;
@@ -83,6 +83,7 @@ static void options_defaults(Options *o) {
     memset(o, 0, sizeof *o);
     o->preset = "tiny";
     o->schedule = "cosine";
+    o->moments = "fp32";
     o->batch = 4; o->seq = 0; o->total_batch = 0; o->steps = 1000; o->warmup = 100;
     o->eval_every = 100; o->eval_batches = 20; o->sample_every = 200; o->sample_tokens = 64; o->ckpt_every = 0;
     o->recompute = 0; o->vocab = 0; o->log_stats_every = 10; o->bench = 0; o->stop_at = -1;
@@ -238,11 +239,12 @@ static void load_optimizer(const char *dir, Zero1 *z, const float *master_full) 
     sllm_fread(mb, 4, n, f, "AdamW m");
     sllm_fread(vb, 4, n, f, "AdamW v");
     fclose(f);
-    if (c) {
-        cudaCheck(cudaMemcpy(z->master, master_full + off, c * 4, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(z->m, mb + off, c * 4, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(z->v, vb + off, c * 4, cudaMemcpyHostToDevice));
-    }
+    float *h = (float *)sllm_malloc(3 * c * 4 + 16);  // master | m | v of the own range (core/zero1.cuh)
+    memcpy(h, master_full + off, c * 4);
+    memcpy(h + c, mb + off, c * 4);
+    memcpy(h + 2 * c, vb + off, c * 4);
+    cudaCheck(zero1_state_from_host(z, h));
+    free(h);
     free(mb);
     free(vb);
 }
@@ -383,6 +385,7 @@ static int run_main(int argc, char **argv) {
         {"stop-at", 0, CLI_INT, &o.stop_at, "write a checkpoint and exit after this step (resume testing)", 1, 2e9, 0},
         {"seed", 's', CLI_U64, &o.seed, "seed for init, data order and sampling", 0, 0, 0},
         {"recompute", 'r', CLI_INT, &o.recompute, "activation recompute: 0 none, 1 FFN hidden, 2 + norms", 0, 2, 0},
+        {"moments", 0, CLI_STRING, &o.moments, "AdamW moments: fp32, or bf16 (stochastic rounding; 4 B/param less; checkpoints stay fp32 and resume in either)", 0, 0, 0},
         {"log-stats-every", 0, CLI_INT, &o.log_stats_every, "per-layer sparsity statistics every N steps (0: off)", 0, 2e9, 0},
         {"deterministic", 0, CLI_FLAG, &o.deterministic, "bit-reproducible runs even if SLLM_ATTN_BWD=atomic is set (the default attention backward is already deterministic)", 0, 0, 0},
         {"time-limit", 0, CLI_INT, &o.time_limit, "stop after this many seconds of training (eval, sample, checkpoint, exit)", 1, 1e9, 0},
@@ -519,6 +522,9 @@ static int run_main(int argc, char **argv) {
     const int accum = (int)(o.total_batch / tok_per_micro);
     if (lr_schedule_check(o.schedule, o.warmup, o.steps, o.lr, o.final_lr_frac, err, sizeof err) != 0)
         SLLM_FATAL("learning-rate schedule: %s", err);
+    if (strcmp(o.moments, "fp32") != 0 && strcmp(o.moments, "bf16") != 0)
+        SLLM_FATAL("--moments %s: expected fp32 or bf16", o.moments);
+    const int moments_bf16 = strcmp(o.moments, "bf16") == 0;
     if (!o.bench && !o.train) SLLM_FATAL("--train is required (a glob of .bin shards), or use --bench N");
     if (o.stop_at > 0 && !o.out) SLLM_FATAL("--stop-at needs --out (it writes a checkpoint)");
     const TrainConfig tcfg = {o.schedule, o.steps, o.warmup, o.lr, o.final_lr_frac, o.wd, o.beta1, o.beta2, o.eps,
@@ -616,12 +622,12 @@ static int run_main(int argc, char **argv) {
                       ffo.par.on_nnz, ffo.par.off_nnz, 100 * ffo.par.max_dense_frac, ffo.par.min_dwell);
     else logger_printf(&lg, "ffn path: %s for every layer\n", ffn_path_name(ffn_mode));
     Zero1 zero;
-    zero1_init_layout(&zero, &d, &model.lay);
+    zero1_init_layout(&zero, &d, &model.lay, moments_bf16);
     if (init_params) params_upload(model.params, model.grads, init_params, model.lay.total, model.stream);
     else params_init_random(model.params, model.grads, &model.lay, o.seed, model.stream);
     zero1_set_master(&zero, model.grads, 1);
-    printf("  optimizer shard (ZeRO-1, rank %d of %d): %zu of %zu params, master+m+v %.1f MiB\n", d.rank, d.world,
-           zero.shard.count, model.lay.total, zero.opt_bytes / 1048576.0);
+    printf("  optimizer shard (ZeRO-1, rank %d of %d): %zu of %zu params, master fp32 + m, v %s: %.1f MiB\n", d.rank,
+           d.world, zero.shard.count, model.lay.total, o.moments, zero.opt_bytes / 1048576.0);
     GradReducer red;
     grad_reducer_init(&red, &d, model.grads, model.lay.total, reduce_mode);
     grad_reducer_add_layer_buckets(&red, &model.lay, cfg.n_layer);
@@ -674,9 +680,9 @@ static int run_main(int argc, char **argv) {
     const double flops_tok = model_flops_per_token(&cfg, T);
     const long long tokens_per_step = (long long)o.total_batch;
     logger_printf(&lg, "batch: B=%d T=%d accum=%d world=%d -> %lld tokens/step; steps %d; lr %g (%s, warmup %d, "
-                       "final x%g); wd %g; clip %g; lambda %g; recompute %d\n",
+                       "final x%g); wd %g; clip %g; lambda %g; recompute %d; AdamW moments %s\n",
                   B, T, accum, d.world, tokens_per_step, o.steps, o.lr, o.schedule, o.warmup, o.final_lr_frac, o.wd,
-                  o.grad_clip, cfg.l1_lambda, o.recompute);
+                  o.grad_clip, cfg.l1_lambda, o.recompute, o.moments);
     logger_printf(&lg, "model FLOPs per token (fwd+bwd): %.3g\n", flops_tok);
 
     int32_t *in = (int32_t *)sllm_malloc((size_t)B * T * 4), *tg = (int32_t *)sllm_malloc((size_t)B * T * 4);
@@ -884,8 +890,11 @@ static int run_main(int argc, char **argv) {
                               model_sparse_bytes(&model) / 1048576.0, sparse_ffn_num_sparse(sp), L);
             }
             if (o.reinit_dead) {
-                long nd = model_reinit_dead(&model, o.seed + 7919ull * (step + 1), dead, zero.master, zero.m, zero.v,
-                                            zero.shard.offset, zero.shard.count);
+                const uint64_t rs = o.seed + 7919ull * (step + 1);
+                long nd = zero.moments_bf16 ? model_reinit_dead(&model, rs, dead, zero.master, zero.mb, zero.vb,
+                                                                zero.shard.offset, zero.shard.count)
+                                            : model_reinit_dead(&model, rs, dead, zero.master, zero.m, zero.v,
+                                                                zero.shard.offset, zero.shard.count);
                 logger_printf(&lg, "  dead units re-initialised: %ld (per layer:", nd);
                 for (int l = 0; l < L; l++) logger_printf(&lg, " %d", dead[l]);
                 logger_printf(&lg, ")\n");
@@ -951,8 +960,8 @@ static int run_main(int argc, char **argv) {
         g_bench_res.med_ms = med;
         g_bench_res.tok_per_ms = tpms;
         g_bench_res.mem_used_gib = (totm - fr) / 1073741824.0;
-        g_bench_res.alloc_gib = (model.param_bytes + model.grad_bytes + model.opt_bytes + model.act_bytes +
-                                 model_sparse_bytes(&model)) / 1073741824.0;
+        g_bench_res.alloc_gib = (model.param_bytes + model.grad_bytes + model.opt_bytes + zero.opt_bytes +
+                                 model.act_bytes + model_sparse_bytes(&model)) / 1073741824.0;
         logger_printf(&lg, "bench: median step without profiling events %.2f ms (%d steps), with events %.2f ms (%d steps)\n",
                       median_ms(without_ev, nwo), nwo, median_ms(with_ev, nw), nw);
         prof_print(&prof, stdout);

@@ -2,7 +2,8 @@
 //
 // Layout (core/shard_range.h): the flat fp32 gradient buffer and the flat bf16 parameter buffer ([total], in
 // core/config.h order) are cut into `world` contiguous ranges; rank r owns range r. Each rank keeps fp32 master
-// weights and AdamW m, v ONLY for its range: 12 B/param / world (Zero1.opt), instead of 12 B/param.
+// weights and AdamW m, v ONLY for its range: 12 B/param / world (Zero1.opt), instead of 12 B/param; 8 B/param / world
+// with the moments in bf16 (moments_bf16: stochastic rounding, core/adamw.cuh).
 //
 // Gradient reduction (GradReducer): the backward registers buckets, each a list of (offset, count) pieces of the
 // flat buffer (per-layer gradients are not contiguous: tensors of one kind are stacked over layers); the model's
@@ -29,7 +30,8 @@
 // when it has room for world * stride elements (zero1_params_capacity; pad the allocation), else one grouped
 // ncclBroadcast per rank of exactly its range (no padding needed).
 //
-// Checkpoints: zero1_write_shard writes "opt_rank%05d.bin" (header, master, m, v of the own range) into the
+// Checkpoints: zero1_write_shard writes "opt_rank%05d.bin" (header, master, m, v of the own range, fp32 whatever the
+// moments' type: bf16 moments widen exactly and narrow back exactly, so files resume in either mode) into the
 // checkpoint's temp dir; zero1_read_shards reads the overlap of the own range with every saved shard, so resuming
 // on another world size re-shards (the shard files concatenate to the full state). Protocol for the trainer:
 //   rank 0: ckpt_begin -> dist_broadcast_bytes(temp dir) -> every rank zero1_write_shard (fsync'ed) ->
@@ -270,8 +272,11 @@ typedef struct {
     Dist *d;
     size_t total, stride;   // elements; stride = shard_stride(total, world)
     ShardRange shard;       // the own range
-    float *opt;             // [3 * shard.count]: master | m | v (one cudaMalloc)
-    float *master, *m, *v;
+    int moments_bf16;       // AdamW m, v in bf16 (else fp32)
+    float *opt;             // one cudaMalloc: master fp32 [shard.count] | m | v (fp32 [3 * count] without padding;
+                            // bf16 moments each start on a 256-byte boundary)
+    float *master, *m, *v;  // fp32 moments; with moments_bf16 m, v are NULL and mb, vb point into opt
+    bf16 *mb, *vb;
     size_t opt_bytes;
     int nseg;               // tensors of the full buffer: [seg_end[s-1], seg_end[s]) decays iff seg_wd[s]
     size_t seg_end[ADAMW_MAX_SEGMENTS];
@@ -280,8 +285,10 @@ typedef struct {
 } Zero1;
 
 // Segments: ascending ends of the tensors of the full buffer (the last = total) and their weight-decay flags.
-static void zero1_init(Zero1 *z, Dist *d, size_t total, const size_t *seg_end, const int *seg_wd, int nseg) {
+static void zero1_init(Zero1 *z, Dist *d, size_t total, const size_t *seg_end, const int *seg_wd, int nseg,
+                       int moments_bf16 = 0) {
     memset(z, 0, sizeof *z);
+    z->moments_bf16 = moments_bf16 != 0;
     z->d = d;
     z->total = total;
     z->stride = shard_stride(total, d->world);
@@ -295,15 +302,25 @@ static void zero1_init(Zero1 *z, Dist *d, size_t total, const size_t *seg_end, c
     }
     z->nseg = nseg;
     const size_t c = z->shard.count;
-    z->opt_bytes = 3 * c * sizeof(float);
+    const size_t mom_bytes = z->moments_bf16 ? (c * sizeof(bf16) + 255) & ~(size_t)255 : c * sizeof(float);
+    const size_t m_at = z->moments_bf16 ? (c * sizeof(float) + 255) & ~(size_t)255 : c * sizeof(float);
+    z->opt_bytes = m_at + 2 * mom_bytes;
     distCuda(d, cudaMalloc((void **)&z->opt, z->opt_bytes ? z->opt_bytes : 16));
     distCuda(d, cudaMemset(z->opt, 0, z->opt_bytes ? z->opt_bytes : 16));
-    z->master = z->opt; z->m = z->opt + c; z->v = z->opt + 2 * c;
+    z->master = z->opt;
+    unsigned char *base = (unsigned char *)z->opt;
+    if (z->moments_bf16) {
+        z->mb = (bf16 *)(base + m_at);
+        z->vb = (bf16 *)(base + m_at + mom_bytes);
+    } else {
+        z->m = z->opt + c;
+        z->v = z->opt + 2 * c;
+    }
     distCuda(d, cudaMalloc((void **)&z->norm_partial, GLOBAL_NORM_BLOCKS * sizeof(float)));
 }
 
 // From the model's parameter table: one segment per tensor, decay where ParamTensor.weight_decay (as model_adamw).
-static void zero1_init_layout(Zero1 *z, Dist *d, const ParamLayout *lay) {
+static void zero1_init_layout(Zero1 *z, Dist *d, const ParamLayout *lay, int moments_bf16 = 0) {
     size_t end[ADAMW_MAX_SEGMENTS];
     int wd[ADAMW_MAX_SEGMENTS], n = 0;
     size_t at = 0;
@@ -315,7 +332,7 @@ static void zero1_init_layout(Zero1 *z, Dist *d, const ParamLayout *lay) {
         end[n] = at;
         wd[n++] = t->weight_decay;
     }
-    zero1_init(z, d, lay->total, end, wd, n);
+    zero1_init(z, d, lay->total, end, wd, n, moments_bf16);
 }
 
 static void zero1_free(Zero1 *z) {
@@ -324,13 +341,57 @@ static void zero1_free(Zero1 *z) {
     memset(z, 0, sizeof *z);
 }
 
+// m and v of the own range set to 0.
+static void zero1_zero_moments(Zero1 *z) {
+    const size_t c = z->shard.count;
+    if (!c) return;
+    if (z->moments_bf16) {
+        distCuda(z->d, cudaMemset(z->mb, 0, c * sizeof(bf16)));
+        distCuda(z->d, cudaMemset(z->vb, 0, c * sizeof(bf16)));
+    } else {
+        distCuda(z->d, cudaMemset(z->m, 0, 2 * c * sizeof(float)));
+    }
+}
+
+// The own range's state as fp32 host arrays h [3 * count] = master | m | v (bf16 moments widened exactly), and back
+// (bf16 moments narrowed to the nearest: exact for values that came from bf16). cudaError_t of the copies.
+static cudaError_t zero1_state_to_host(const Zero1 *z, float *h) {
+    const size_t c = z->shard.count;
+    if (!c) return cudaSuccess;
+    if (!z->moments_bf16) return cudaMemcpy(h, z->opt, 3 * c * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaMemcpy(h, z->master, c * sizeof(float), cudaMemcpyDeviceToHost);
+    uint16_t *t = (uint16_t *)malloc(c * sizeof(uint16_t));
+    if (!t) return cudaErrorMemoryAllocation;
+    for (int part = 1; part <= 2 && e == cudaSuccess; part++) {
+        e = cudaMemcpy(t, part == 1 ? (const void *)z->mb : (const void *)z->vb, c * sizeof(uint16_t),
+                       cudaMemcpyDeviceToHost);
+        for (size_t i = 0; e == cudaSuccess && i < c; i++) h[part * c + i] = adamw_bf16_bits_to_float(t[i]);
+    }
+    free(t);
+    return e;
+}
+static cudaError_t zero1_state_from_host(Zero1 *z, const float *h) {
+    const size_t c = z->shard.count;
+    if (!c) return cudaSuccess;
+    if (!z->moments_bf16) return cudaMemcpy(z->opt, h, 3 * c * sizeof(float), cudaMemcpyHostToDevice);
+    cudaError_t e = cudaMemcpy(z->master, h, c * sizeof(float), cudaMemcpyHostToDevice);
+    bf16 *t = (bf16 *)malloc(c * sizeof(bf16));
+    if (!t) return cudaErrorMemoryAllocation;
+    for (int part = 1; part <= 2 && e == cudaSuccess; part++) {
+        for (size_t i = 0; i < c; i++) t[i] = __float2bfloat16_rn(h[part * c + i]);
+        e = cudaMemcpy(part == 1 ? (void *)z->mb : (void *)z->vb, t, c * sizeof(bf16), cudaMemcpyHostToDevice);
+    }
+    free(t);
+    return e;
+}
+
 // Master weights of the own range from a full fp32 buffer [total] (host or device); m and v are zeroed.
 static void zero1_set_master(Zero1 *z, const float *full, int full_on_device) {
     const size_t c = z->shard.count;
     if (!c) return;
     distCuda(z->d, cudaMemcpy(z->master, full + z->shard.offset, c * sizeof(float),
                               full_on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice));
-    distCuda(z->d, cudaMemset(z->m, 0, 2 * c * sizeof(float)));
+    zero1_zero_moments(z);
 }
 
 // Elements the flat bf16 parameter buffer can hold from `params` to the end of its allocation (0 when unknown).
@@ -408,13 +469,20 @@ static void zero1_step(Zero1 *z, bf16 *params, const float *grads, const AdamWPa
             aligned &= (b - off) % 4 == 0;
             seg.count++;
         }
-        if (aligned) {
+        if (aligned && z->moments_bf16) {
+            adamw_update_multi(params + off, z->master, z->mb, z->vb, grads + off, &seg, hp, norm_dev, s, off);
+        } else if (aligned) {
             adamw_update_multi(params + off, z->master, z->m, z->v, grads + off, &seg, hp, norm_dev, s);
         } else {  // a shard ending on an unaligned total: per-segment launches (same element math, same bits)
             size_t a = 0;
-            for (int i = 0; i < seg.count; a = seg.end[i], i++)
-                adamw_update(params + off + a, z->master + a, z->m + a, z->v + a, grads + off + a, seg.end[i] - a, hp,
-                             seg.wd[i], norm_dev, s);
+            for (int i = 0; i < seg.count; a = seg.end[i], i++) {
+                if (z->moments_bf16)
+                    adamw_update(params + off + a, z->master + a, z->mb + a, z->vb + a, grads + off + a,
+                                 seg.end[i] - a, hp, seg.wd[i], norm_dev, s, off + a);
+                else
+                    adamw_update(params + off + a, z->master + a, z->m + a, z->v + a, grads + off + a, seg.end[i] - a,
+                                 hp, seg.wd[i], norm_dev, s);
+            }
         }
     }
     zero1_gather_params(z, params, s);
@@ -458,7 +526,7 @@ static int zero1_write_shard(Zero1 *z, const char *dir, char *err, size_t n) {
     float *h = (float *)malloc(3 * c * sizeof(float) + 16);
     if (!h) { snprintf(err, n, "out of host memory for the optimizer shard (%zu floats)", 3 * c); return -1; }
     cudaError_t ce = cudaDeviceSynchronize();
-    if (ce == cudaSuccess && c) ce = cudaMemcpy(h, z->opt, 3 * c * sizeof(float), cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess) ce = zero1_state_to_host(z, h);
     if (ce != cudaSuccess) { free(h); snprintf(err, n, "reading the optimizer shard: %s", cudaGetErrorString(ce)); return -1; }
     FILE *f = fopen(path, "wb");
     if (!f) { free(h); snprintf(err, n, "cannot create %s: %s", path, strerror(errno)); return -1; }
@@ -518,8 +586,8 @@ static int zero1_read_shards(Zero1 *z, const char *dir, char *err, size_t n) {
                  saved_world);
         goto out;
     }
-    if (c) {
-        cudaError_t ce = cudaMemcpy(z->opt, h, 3 * c * sizeof(float), cudaMemcpyHostToDevice);
+    {
+        cudaError_t ce = zero1_state_from_host(z, h);
         if (ce != cudaSuccess) { snprintf(err, n, "uploading the optimizer shard: %s", cudaGetErrorString(ce)); goto out; }
     }
     rc = 0;

@@ -65,8 +65,9 @@ static __global__ void sp_transpose_kernel(const bf16 *__restrict__ in, bf16 *__
 // normal(hash(seed, row, d)) into the bf16 weights (every rank: the same values) and, for the elements of the
 // optimizer range [so, so + cnt) that this process holds (ZeRO-1 shard; unsharded: 0, total), into the fp32 master
 // weights with the AdamW moments zeroed. One block per row.
+template <typename MT>  // the AdamW moments' type: float or bf16
 static __global__ void sp_redraw_rows_kernel(bf16 *__restrict__ params, size_t off, float *__restrict__ master,
-                                             float *__restrict__ m1, float *__restrict__ m2, size_t so, size_t cnt,
+                                             MT *__restrict__ m1, MT *__restrict__ m2, size_t so, size_t cnt,
                                              const int *__restrict__ rows, int D, uint64_t seed, float stdv) {
     const size_t r = rows[blockIdx.x];
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
@@ -77,8 +78,8 @@ static __global__ void sp_redraw_rows_kernel(bf16 *__restrict__ params, size_t o
         params[flat] = __float2bfloat16_rn(v);
         if (flat >= so && flat - so < cnt) {
             master[flat - so] = v;
-            m1[flat - so] = 0.0f;
-            m2[flat - so] = 0.0f;
+            m1[flat - so] = (MT)0.0f;
+            m2[flat - so] = (MT)0.0f;
         }
     }
 }

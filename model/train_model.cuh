@@ -626,10 +626,14 @@ static inline int model_ffn_dispatch(Model *m, SparseSwitch *ev) {
 // AdamW moments zeroed. The optimizer state is the model's own (with_optimizer) or, under ZeRO-1, the shard the caller
 // passes: master/m/v of the flat range [so, so + cnt). With several ranks, m->fired must already hold the units fired
 // on any rank (model_read_sparsity reduces it), so every rank re-draws the same rows. dead_per_layer [L] (may be
-// NULL) gets the counts; returns the total. One sync (log steps).
-static inline long model_reinit_dead(Model *m, uint64_t seed, int *dead_per_layer, float *master, float *m1, float *m2,
+// NULL) gets the counts; returns the total. One sync (log steps). MT: the moments' type (float, or bf16 for a
+// ZeRO-1 shard with bf16 moments; the model's own state is fp32).
+template <typename MT>
+static inline long model_reinit_dead(Model *m, uint64_t seed, int *dead_per_layer, float *master, MT *m1, MT *m2,
                                      size_t so, size_t cnt) {
-    if (!master && m->opt) { master = m->master; m1 = m->m; m2 = m->v; so = 0; cnt = m->lay.total; }
+    if constexpr (sizeof(MT) == sizeof(float)) {
+        if (!master && m->opt) { master = m->master; m1 = m->m; m2 = m->v; so = 0; cnt = m->lay.total; }
+    }
     if (!master) SLLM_FATAL("model_reinit_dead: no optimizer state (the model's own or a ZeRO-1 shard)");
     const int L = m->cfg.n_layer, F = m->cfg.d_ff, D = m->cfg.d_model;
     uint8_t *fired = (uint8_t *)sllm_malloc((size_t)L * F);
@@ -649,7 +653,7 @@ static inline long model_reinit_dead(Model *m, uint64_t seed, int *dead_per_laye
         int *rd = rows_dev + (size_t)l * F;
         cudaCheck(cudaMemcpyAsync(rd, rows, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, m->stream));
         const size_t off = param_offset(&m->lay, gate, l);
-        sp_redraw_rows_kernel<<<n, 256, 0, m->stream>>>(m->params, off, master, m1, m2, so, cnt, rd, D,
+        sp_redraw_rows_kernel<MT><<<n, 256, 0, m->stream>>>(m->params, off, master, m1, m2, so, cnt, rd, D,
                                                       seed * 0x100000001b3ull + (uint64_t)l, 0.02f);
         cudaCheckLaunch();
         cudaCheck(cudaStreamSynchronize(m->stream));  // rows is reused by the next layer

@@ -73,8 +73,15 @@ static const int k_seg_wd[] = {1, 0, 1, 0};
 typedef struct {
     bf16 *p;
     float *master, *m, *v, *g, *norm, *partial;
+    bf16 *mb, *vb;  // the moments when bf16m (core/adamw.cuh's stochastic rounding, global indices from 0)
+    int bf16m;
 } RefOpt;
-static void ref_init(RefOpt *r, const float *master0) {
+static void ref_init(RefOpt *r, const float *master0, int bf16m) {
+    r->bf16m = bf16m;
+    cudaCheck(cudaMalloc((void **)&r->mb, K_TOTAL * 2));
+    cudaCheck(cudaMalloc((void **)&r->vb, K_TOTAL * 2));
+    cudaCheck(cudaMemset(r->mb, 0, K_TOTAL * 2));
+    cudaCheck(cudaMemset(r->vb, 0, K_TOTAL * 2));
     cudaCheck(cudaMalloc((void **)&r->p, K_TOTAL * 2));
     cudaCheck(cudaMalloc((void **)&r->master, K_TOTAL * 4));
     cudaCheck(cudaMalloc((void **)&r->m, K_TOTAL * 4));
@@ -94,18 +101,21 @@ static void ref_step(RefOpt *r, const float *G, const AdamWParams *hp) {
     memset(&seg, 0, sizeof seg);
     for (int s = 0; s < K_NSEG; s++) { seg.end[s] = k_seg_end[s]; seg.wd[s] = k_seg_wd[s] ? hp->weight_decay : 0.0f; }
     seg.count = K_NSEG;
-    adamw_update_multi(r->p, r->master, r->m, r->v, r->g, &seg, hp, r->norm, 0);
+    if (r->bf16m) adamw_update_multi(r->p, r->master, r->mb, r->vb, r->g, &seg, hp, r->norm, 0, 0);
+    else adamw_update_multi(r->p, r->master, r->m, r->v, r->g, &seg, hp, r->norm, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
 static void ref_free(RefOpt *r) {
     cudaFree(r->p); cudaFree(r->master); cudaFree(r->m); cudaFree(r->v); cudaFree(r->g); cudaFree(r->norm);
-    cudaFree(r->partial);
+    cudaFree(r->partial); cudaFree(r->mb); cudaFree(r->vb);
 }
 
 // ---- the ZeRO-1 step against the reference (any world) -------------------------------------------------------
 // Each rank contributes its grad_val(., rank); the reference sees their sum. Buckets: 3 with scattered pieces.
 // Steps 1-3 without clipping (bit-identical), steps 4-5 with clipping (within fp32 rounding of the norm).
-static void check_zero1_steps(Dist *d, GradReduceMode mode, int padded) {
+// bf16m: the moments in bf16 on both sides (the same bits whatever the sharding: the rounding hash takes the
+// global index).
+static void check_zero1_steps(Dist *d, GradReduceMode mode, int padded, int bf16m = 0) {
     const size_t total = K_TOTAL;
     float *master0 = (float *)sllm_malloc(total * 4), *G = (float *)sllm_malloc(total * 4);
     float *gl = NULL;
@@ -118,9 +128,9 @@ static void check_zero1_steps(Dist *d, GradReduceMode mode, int padded) {
         G[i] = s;
     }
     RefOpt ref;
-    ref_init(&ref, master0);
+    ref_init(&ref, master0, bf16m);
     Zero1 z;
-    zero1_init(&z, d, total, k_seg_end, k_seg_wd, K_NSEG);
+    zero1_init(&z, d, total, k_seg_end, k_seg_wd, K_NSEG, bf16m);
     zero1_set_master(&z, master0, 0);
     size_t cap = padded ? zero1_padded_total(total, d->world) + 64 : total;
     bf16 *params;
@@ -188,9 +198,9 @@ static void check_zero1_steps(Dist *d, GradReduceMode mode, int padded) {
         }
     }
     if (d->rank == 0)
-        printf("    zero1 steps: world %d, %s, bf16 gather by %s: %s\n", d->world,
+        printf("    zero1 steps: world %d, %s, bf16 gather by %s, moments %s: %s\n", d->world,
                mode ? "reduce-to-owner" : "allreduce", allgather ? "ncclAllGather (padded buffer)" : "grouped broadcast",
-               g_fail ? "FAILED" : "ok");
+               bf16m ? "bf16" : "fp32", g_fail ? "FAILED" : "ok");
     free(pz); free(pr); free(mz); free(mr); free(master0); free(G);
     cudaFreeHost(gl);
     cudaFree(params); cudaFree(grads); cudaFree(norm); cudaFree(full);
@@ -378,6 +388,41 @@ static void check_shard_files(Dist *d) {
     free(h); free(back); zero1_free(&z); zero1_free(&y);
 }
 
+// bf16 moments: written as fp32 (exactly), read back into a bf16-moment shard and into an fp32 one, both exact.
+static void check_shard_files_bf16(Dist *d) {
+    char dir[512] = {0};
+    if (d->rank == 0 && test_tmpdir_make(dir, sizeof dir, "sllm_dist_ckpt_") != 0) CHECK(d, 0, "mkdtemp");
+    dist_broadcast_bytes(d, dir, sizeof dir, 0, 0);
+    Zero1 z, y, x;
+    zero1_init(&z, d, K_TOTAL, k_seg_end, k_seg_wd, K_NSEG, 1);
+    const size_t c = z.shard.count;
+    float *h = (float *)sllm_malloc(3 * c * 4 + 4), *back = (float *)sllm_malloc(3 * c * 4 + 4);
+    for (size_t i = 0; i < 3 * c; i++) {
+        const float v = param_val(i * 7 + (size_t)d->rank);
+        h[i] = i < c ? v : __bfloat162float(__float2bfloat16_rn(v));  // the moments bf16-representable
+    }
+    cudaCheck(zero1_state_from_host(&z, h));
+    char err[5000];
+    int ok = zero1_write_shard(&z, dir, err, sizeof err) == 0;
+    if (!ok) fprintf(stderr, "rank %d: %s\n", d->rank, err);
+    CHECK(d, dist_all_ok(d, ok, 60), "a rank failed to write its bf16-moment shard");
+    zero1_init(&y, d, K_TOTAL, k_seg_end, k_seg_wd, K_NSEG, 1);
+    zero1_init(&x, d, K_TOTAL, k_seg_end, k_seg_wd, K_NSEG, 0);
+    CHECK(d, zero1_read_shards(&y, dir, err, sizeof err) == 0, "read shards (bf16 moments): %s", err);
+    cudaCheck(zero1_state_to_host(&y, back));
+    CHECK(d, memcmp(back, h, 3 * c * 4) == 0, "bf16-moment shard read back into bf16 moments differs");
+    CHECK(d, zero1_read_shards(&x, dir, err, sizeof err) == 0, "read shards (into fp32 moments): %s", err);
+    if (c) cudaCheck(cudaMemcpy(back, x.opt, 3 * c * 4, cudaMemcpyDeviceToHost));
+    CHECK(d, memcmp(back, h, 3 * c * 4) == 0, "bf16-moment shard read back into fp32 moments differs");
+    CHECK(d, z.opt_bytes < 3 * c * 4 || c == 0, "bf16 moments take %zu bytes, fp32 ones %zu", z.opt_bytes, 3 * c * 4);
+    dist_barrier(d, 0);
+    if (d->rank == 0) {
+        test_tmpdir_remove(dir);
+        printf("    optimizer shard files with bf16 moments (world %d): %s\n", d->world, g_fail ? "FAILED" : "ok");
+    }
+    free(h); free(back); zero1_free(&z); zero1_free(&y); zero1_free(&x);
+}
+
 static int run_rank_checks(Dist *d) {
     g_fail = 0;
     check_collectives(d);
@@ -386,7 +431,9 @@ static int run_rank_checks(Dist *d) {
     check_embed_lookup(d);
     check_zero1_steps(d, GRAD_ALLREDUCE, 1);
     check_zero1_steps(d, GRAD_REDUCE_TO_OWNER, 0);
+    check_zero1_steps(d, GRAD_REDUCE_TO_OWNER, 1, 1);
     check_shard_files(d);
+    check_shard_files_bf16(d);
     return g_fail;
 }
 

@@ -593,6 +593,132 @@ static void test_adamw_closed_form(void **state) {
     free(p0); free(g); free(want);
 }
 
+// ---- AdamW with bf16 moments (stochastic rounding) -----------------------------------------------------------
+// 1. One step from random bf16 moments, against a host reference of the same formula with the same rounding hash:
+//    master within float rounding, each stored moment one of the two bf16 neighbours of the reference's fp32 value
+//    and (bar an FMA-contraction flip) the very one the hash picks. Per-tensor and multi-tensor kernels give the
+//    same bits, with a non-zero global index base.
+// 2. No stall: v from 1.0 with g = 0 and beta2 0.999 for 300 steps must decay to 0.999^300 = 0.7407 on average
+//    (round-to-nearest would keep every v at 1.0: 0.999 rounds back to 1 in bf16).
+static void test_adamw_bf16_moments(void **state) {
+    SKIP_IF_NO_GPU();
+    const size_t n = 8192, half = 4000;  // two segments; half % 4 == 0
+    const uint64_t base = 123456;        // global index of element 0
+    AdamWParams hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, 7};
+    float *p0 = (float *)sllm_malloc(n * 4), *g = (float *)sllm_malloc(n * 4);
+    uint16_t *m0 = (uint16_t *)sllm_malloc(n * 2), *v0 = (uint16_t *)sllm_malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        p0[i] = (float)(0.3 * rng_normal(&g_rng));
+        g[i] = (float)(0.05 * rng_normal(&g_rng));
+        const float mf = (float)(0.01 * rng_normal(&g_rng)), vf = (float)(1e-4 * (0.1 + rng_uniform(&g_rng)));
+        bf16 mb = __float2bfloat16_rn(mf), vb = __float2bfloat16_rn(vf);
+        memcpy(&m0[i], &mb, 2);
+        memcpy(&v0[i], &vb, 2);
+    }
+    // host reference (float, the kernel's formula and order)
+    const float bc1 = 1.0f - powf(hp.beta1, (float)hp.step), bc2 = 1.0f - powf(hp.beta2, (float)hp.step);
+    float *wp = (float *)sllm_malloc(n * 4), *wm = (float *)sllm_malloc(n * 4), *wv = (float *)sllm_malloc(n * 4);
+    uint16_t *wmb = (uint16_t *)sllm_malloc(n * 2), *wvb = (uint16_t *)sllm_malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        const float wd = i < half ? hp.weight_decay : 0.0f;
+        float mi = hp.beta1 * adamw_bf16_bits_to_float(m0[i]) + (1.0f - hp.beta1) * g[i];
+        float vi = hp.beta2 * adamw_bf16_bits_to_float(v0[i]) + (1.0f - hp.beta2) * g[i] * g[i];
+        wp[i] = p0[i] - hp.lr * ((mi / bc1) / (sqrtf(vi / bc2) + hp.eps) + wd * p0[i]);
+        wm[i] = mi;
+        wv[i] = vi;
+        wmb[i] = adamw_sr_bf16_bits(mi, adamw_sr_hash((uint32_t)hp.step, base + i, 0));
+        wvb[i] = adamw_sr_bf16_bits(vi, adamw_sr_hash((uint32_t)hp.step, base + i, 1));
+    }
+    float *dg = dev_f32(g, n);
+    uint16_t *outm[2], *outv[2];
+    float *outp[2];
+    for (int multi = 0; multi < 2; multi++) {
+        float *dmaster = dev_f32(p0, n);
+        bf16 *dm, *dv, *dp;
+        cudaCheck(cudaMalloc((void **)&dm, n * 2));
+        cudaCheck(cudaMalloc((void **)&dv, n * 2));
+        cudaCheck(cudaMalloc((void **)&dp, n * 2));
+        cudaCheck(cudaMemcpy(dm, m0, n * 2, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dv, v0, n * 2, cudaMemcpyHostToDevice));
+        if (multi) {
+            AdamWSegments seg;
+            memset(&seg, 0, sizeof seg);
+            seg.count = 2; seg.end[0] = half; seg.wd[0] = hp.weight_decay; seg.end[1] = n; seg.wd[1] = 0.0f;
+            adamw_update_multi(dp, dmaster, dm, dv, dg, &seg, &hp, NULL, 0, base);
+        } else {
+            adamw_update(dp, dmaster, dm, dv, dg, half, &hp, hp.weight_decay, NULL, 0, base);
+            adamw_update(dp + half, dmaster + half, dm + half, dv + half, dg + half, n - half, &hp, 0.0f, NULL, 0,
+                         base + half);
+        }
+        outp[multi] = get_f32(dmaster, n);
+        outm[multi] = (uint16_t *)sllm_malloc(n * 2);
+        outv[multi] = (uint16_t *)sllm_malloc(n * 2);
+        cudaCheck(cudaMemcpy(outm[multi], dm, n * 2, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(outv[multi], dv, n * 2, cudaMemcpyDeviceToHost));
+        cudaFree(dmaster); cudaFree(dm); cudaFree(dv); cudaFree(dp);
+    }
+    size_t flips = 0, far = 0, ups = 0;
+    double perr = 0;
+    for (size_t i = 0; i < n; i++) {
+        perr = fmax(perr, fabs((double)outp[0][i] - wp[i]) / fmax(fabs((double)wp[i]), 1e-3));
+        const uint16_t got[2] = {outm[0][i], outv[0][i]}, want[2] = {wmb[i], wvb[i]};
+        const float ref[2] = {wm[i], wv[i]};
+        for (int k = 0; k < 2; k++) {
+            uint32_t u;
+            memcpy(&u, &ref[k], 4);
+            const uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);  // the two neighbours (|x| down, up)
+            const double ulp = fabs((double)adamw_bf16_bits_to_float(hi) - adamw_bf16_bits_to_float(lo));
+            // within one bf16 step of the fp32 value (the device's FMA may move that value by an fp32 ulp)
+            if (fabs((double)adamw_bf16_bits_to_float(got[k]) - ref[k]) > ulp * 1.001) far++;
+            flips += got[k] != want[k];
+            ups += got[k] == hi;
+        }
+    }
+    printf("  bf16 moments, one step: master max rel err %.3g; moments: %zu further than a bf16 step, %zu differ from the "
+           "host's rounding, %zu of %zu rounded up\n", perr, far, flips, ups, 2 * n);
+    assert_true(perr < 1e-5);
+    assert_int_equal(far, 0);
+    assert_true(flips <= 2 * n / 1000);
+    assert_true(ups > 2 * n / 10 && ups < 2 * n * 9 / 10);  // both directions occur
+    assert_memory_equal(outp[0], outp[1], n * 4);
+    assert_memory_equal(outm[0], outm[1], n * 2);
+    assert_memory_equal(outv[0], outv[1], n * 2);
+    // 2. v decays under beta2 0.999 with g = 0
+    {
+        const int steps = 300;
+        AdamWParams hq = {0.0f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0};
+        float *dmaster = dev_f32(p0, n), *dz = dev_f32(NULL, n);
+        cudaCheck(cudaMemset(dz, 0, n * 4));
+        bf16 *dm, *dv, *dp;
+        cudaCheck(cudaMalloc((void **)&dm, n * 2));
+        cudaCheck(cudaMalloc((void **)&dv, n * 2));
+        cudaCheck(cudaMalloc((void **)&dp, n * 2));
+        cudaCheck(cudaMemset(dm, 0, n * 2));
+        uint16_t *ones = (uint16_t *)sllm_malloc(n * 2);
+        for (size_t i = 0; i < n; i++) ones[i] = 0x3f80;  // 1.0
+        cudaCheck(cudaMemcpy(dv, ones, n * 2, cudaMemcpyHostToDevice));
+        AdamWSegments seg;
+        memset(&seg, 0, sizeof seg);
+        seg.count = 1; seg.end[0] = n; seg.wd[0] = 0.0f;
+        for (int t = 1; t <= steps; t++) {
+            hq.step = t;
+            adamw_update_multi(dp, dmaster, dm, dv, dz, &seg, &hq, NULL, 0, 0);
+        }
+        cudaCheck(cudaMemcpy(ones, dv, n * 2, cudaMemcpyDeviceToHost));
+        double mean = 0;
+        for (size_t i = 0; i < n; i++) mean += adamw_bf16_bits_to_float(ones[i]);
+        mean /= n;
+        const double want = pow(0.999, steps);
+        printf("  bf16 v under beta2 0.999, g = 0, %d steps: mean %.5f (fp32 value %.5f)\n", steps, mean, want);
+        assert_true(fabs(mean - want) < 0.005 * want);
+        free(ones);
+        cudaFree(dmaster); cudaFree(dz); cudaFree(dm); cudaFree(dv); cudaFree(dp);
+    }
+    for (int k = 0; k < 2; k++) { free(outp[k]); free(outm[k]); free(outv[k]); }
+    free(p0); free(g); free(m0); free(v0); free(wp); free(wm); free(wv); free(wmb); free(wvb);
+    cudaFree(dg);
+}
+
 // ---- strided-batched GEMM (gate+up fused GEMM) vs CPU -----------------------------------------------------
 static void test_matmul_batched(void **state) {
     SKIP_IF_NO_GPU();
@@ -984,7 +1110,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_rmsnorm),    cmocka_unit_test(test_rope),  cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_classifier), cmocka_unit_test(test_ffn),   cmocka_unit_test(test_adamw_and_norm),
-        cmocka_unit_test(test_adamw_closed_form),
+        cmocka_unit_test(test_adamw_closed_form), cmocka_unit_test(test_adamw_bf16_moments),
         cmocka_unit_test(test_matmul_batched),  cmocka_unit_test(test_matmul_relu_mask),
         cmocka_unit_test(test_gemv),
         cmocka_unit_test(test_argmax_rows),

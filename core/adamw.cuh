@@ -28,13 +28,14 @@ typedef struct {
 } AdamWParams;
 
 // One element: the arithmetic shared by the per-tensor and the multi-tensor kernels (same bits from both).
+// Every rounding is explicit (no contraction left to the compiler), so each kernel that inlines it gives the same bits.
 __device__ __forceinline__ float adamw_elem(float g, float &mi, float &vi, float p, float lr, float b1, float b2,
                                             float eps, float wd, float bc1, float bc2) {
-    mi = b1 * mi + (1.0f - b1) * g;
-    vi = b2 * vi + (1.0f - b2) * g * g;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
-    return p;
+    mi = __fmaf_rn(b1, mi, __fmul_rn(1.0f - b1, g));
+    vi = __fmaf_rn(b2, vi, __fmul_rn(__fmul_rn(1.0f - b2, g), g));
+    const float mhat = __fdiv_rn(mi, bc1), vhat = __fdiv_rn(vi, bc2);
+    const float upd = __fmaf_rn(wd, p, __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)));
+    return __fmaf_rn(-lr, upd, p);
 }
 // The stochastic rounding of a bf16 moment: 32 random bits from (step, global element index, which = 0 for m, 1 for v)
 // (splitmix64's finalizer), and x rounded to bf16 with them. Host and device (the tests' reference uses the same).

@@ -303,7 +303,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 //   warpgroups 1, 2 (64 rows each): S = Q K^T and dP = dO V^T (m64n128k16), dS in registers, dQ += dS K (B = K,
 //     MN-major).
 // Rows and keys past T: their P is 0 (lse +inf, or masked as keys after every query < T); they are not written.
-#ifndef AWG_BWD_STAGES  // 4 against 2 (H200, B 4): 0.739 -> 0.713 ms; the forward keeps 2 (0.242 -> 0.247 at 4)
+#ifndef AWG_BWD_STAGES  // the backward's ring depth; the forward's is AWG_STAGES (tuned: dev/RESULTS.md, Flash attention)
 #define AWG_BWD_STAGES 4
 #endif
 #define AWG_HALF_TILE_BYTES (64 * AWG_HD * 2)  // 8192: a 64-row tile
@@ -450,8 +450,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
     }
 }
 
-// 128-key blocks (m64n128 S and dP tiles; setmaxnreg 24 / 240 for the registers: 64-key blocks were slower,
-// 0.720 -> 0.739 ms at B 4 on the H200).
+// 128-key blocks: m64n128 S and dP tiles; setmaxnreg 24 / 240 gives the consumers the registers for them.
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmdO,
                          const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,

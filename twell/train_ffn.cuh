@@ -176,20 +176,6 @@ __device__ __forceinline__ float tt_dot8(const uint4 w, const float x[8]) {
     return s;
 }
 
-// dot of 8 bf16 with 8 bf16 (both as uint4), fp32
-__device__ __forceinline__ float tt_dot8b(const uint4 w, const uint4 x) {
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&w);
-    const __nv_bfloat162 *g = reinterpret_cast<const __nv_bfloat162 *>(&x);
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 f = __bfloat1622float2(h[i]), e = __bfloat1622float2(g[i]);
-        s = fmaf(f.x, e.x, s);
-        s = fmaf(f.y, e.y, s);
-    }
-    return s;
-}
-
 // A row's TwELL tiles, one warp: lane t < tiles (<= 32) gets tile t's entry count *tc and its first slot in the row
 // (exclusive warp scan) *toff. tt_tw_entry decodes entry k of tile t: (unit, g bits).
 __device__ __forceinline__ void tt_tile_offsets(const uint32_t *__restrict__ row, int tiles, int words, int lane, int *tc,
@@ -336,7 +322,7 @@ static __global__ void __launch_bounds__(32 * DV, 1) tt_pair_dot_kernel(
             }
             float p[8];
 #pragma unroll
-            for (int j = 0; j < 8; j++) p[j] = tt_dot8b(w[j], v);
+            for (int j = 0; j < 8; j++) p[j] = dot8_bf16(w[j], v, 0.0f);
             const float t = tt_warp_sum8(p, lane);
             const int j = (lane >> 2) & 7;
             if ((lane & 3) == 0 && k + j < cn) s_part[warp][k + j] = t;

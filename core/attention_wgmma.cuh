@@ -107,6 +107,19 @@ __device__ __forceinline__ void awg_fence_acc(float (&d)[N]) {
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+#ifndef AWG_PINGPONG  // (-D: dev A/B)
+#define AWG_PINGPONG 0
+#endif
+// Ping-pong (AWG_PINGPONG 1): the two consumer warpgroups take turns issuing their wgmma groups (named barriers 1
+// and 2, 256 threads: one side waits, the other arrives), so that one's softmax runs while the other's products
+// hold the tensor cores. Consumer c waits on barrier 1 + c and passes the turn on barrier 2 - c.
+__device__ __forceinline__ void awg_turn_wait(int c) {
+    if (AWG_PINGPONG) asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
+}
+__device__ __forceinline__ void awg_turn_pass(int c) {
+    if (AWG_PINGPONG) asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
+}
+
 // grid (ceil(T / 128), H, B), AWG_THREADS threads, AWG_SMEM_BYTES of dynamic shared memory.
 // A warpgroup issues S of the next key block right behind its P V, so the tensor cores get both back to back and
 // one wait per block is saved.
@@ -157,18 +170,21 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
     for (int i = 0; i < 32; i++) o[i] = 0.0f;
     hp_mbar_wait(q_full, 0, AWG_TIMEOUT_NS);
     float sc[64];
+    if (c == 1) awg_turn_pass(1);  // consumer 0 issues first
     for (int j = 0; j < nkb; j++) {
         const int s = j % AWG_STAGES;
         const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
         const uint32_t sK = sK0 + s * AWG_TILE_BYTES, sV = sV0 + s * AWG_TILE_BYTES;
         if (j == 0) {  // S = Q K^T (for j > 0 issued by the previous block's step)
             hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
+            awg_turn_wait(c);
             awg_fence_acc(sc);
             hp_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < AWG_HD / 16; kk++)
                 awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0 ? 1 : 0);
             hp_wgmma_commit();
+            awg_turn_pass(c);  // never the last turn: P V follows
             hp_wgmma_wait<0>();
             awg_fence_acc(sc);
         }
@@ -236,6 +252,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 #pragma unroll
             for (int i = 0; i < 4; i++) pa[kk][i] = tc_pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
         hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
+        awg_turn_wait(c);
         awg_fence_acc(o);
         hp_wgmma_fence();
 #pragma unroll
@@ -253,6 +270,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
                 awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK1 + 32 * kk), kk > 0 ? 1 : 0);
             hp_wgmma_commit();
         }
+        if (c == 0 || j + 1 < nkb) awg_turn_pass(c);  // consumer 1's last turn has no taker
         hp_wgmma_wait<0>();
         awg_fence_acc(o);
         awg_fence_acc(sc);

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A/B of compile-time variants of the wgmma attention kernels in one call: each argument is a name=flags pair,
+#   bash dev/device/wg_variant.sh pp="-DAWG_PINGPONG=1" st3="-DAWG_STAGES=3"        (carry deps-debs)
+# builds bench_attention and gpu_test_attention with those flags beside the default build, runs every test binary
+# (float64 reference, determinism, wgmma launched), then the benches interleaved twice (default, variants,
+# default, variants), then PyTorch's SDPA. Log: $OUT/wg_variant.log.
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+exec > >(tee -a "$OUT/wg_variant.log") 2>&1
+t0=$(date +%s)
+el() { echo "[$(( $(date +%s) - t0 )) s]"; }
+[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+make -j"$(nproc)" build/libsllm.a build/gpu_test_attention build/bench_attention > "$OUT/build.log" 2>&1 \
+  || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+D=.deps/usr/lib/x86_64-linux-gnu
+F="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. -Icore -Itest -I.deps/usr/include --expt-relaxed-constexpr"
+L="build/libsllm.a -L$D -Xlinker -rpath -Xlinker $PWD/$D -lcjson -lpcre2-8 -lm -lpthread -ldl -lcublasLt -lcublas -lcuda"
+names=""; pids=""
+for a in "$@"; do
+  n=${a%%=*}; fl=${a#*=}; names="$names $n"
+  nvcc $F $fl dev/bench/bench_attention.cu -o build/bench_attention_$n $L >> "$OUT/build.log" 2>&1 & pids="$pids $!"
+  nvcc $F $fl test/gpu/test_attention.cu -o build/gpu_test_attention_$n $L -lcmocka >> "$OUT/build.log" 2>&1 & pids="$pids $!"
+done
+for p in $pids; do wait $p || echo "a variant build failed (see build.log)"; done  # (a bare wait also waits for tee)
+el; echo built
+for n in "" $names; do
+  t=gpu_test_attention${n:+_$n}
+  timeout 120 ./build/$t > "$OUT/t.txt" 2>&1
+  echo "$(el) $t rc=$?: $(grep -E "PASSED|FAILED|fallbacks|differs" "$OUT/t.txt" | tr '\n' ' ')"
+done
+for rep in 1 2; do
+  for n in "" $names; do
+    b=bench_attention${n:+_$n}
+    timeout 60 ./build/$b 20 > /tmp/b.txt 2>&1
+    echo "$(el) $b:"; grep -E "^(wg|wgbwd) " /tmp/b.txt
+  done
+done
+python3 dev/bench/sdpa_bench.py --reps 30 2>&1 | grep -E "^(cudnn|flash)"

@@ -107,17 +107,23 @@ __device__ __forceinline__ void awg_fence_acc(float (&d)[N]) {
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-#ifndef AWG_PINGPONG  // (-D: dev A/B)
+#ifndef AWG_PINGPONG  // (-D: dev A/B; the forward)
 #define AWG_PINGPONG 0
 #endif
-// Ping-pong (AWG_PINGPONG 1): the two consumer warpgroups take turns issuing their wgmma groups (named barriers 1
-// and 2, 256 threads: one side waits, the other arrives), so that one's softmax runs while the other's products
-// hold the tensor cores. Consumer c waits on barrier 1 + c and passes the turn on barrier 2 - c.
+#ifndef AWG_PINGPONG_BWD  // (the dK/dV kernel)
+#define AWG_PINGPONG_BWD 0
+#endif
+// Ping-pong: the two consumer warpgroups take turns issuing their wgmma groups (named barriers 1 and 2, 256
+// threads: one side waits, the other arrives), so that one's element-wise work runs while the other's products hold
+// the tensor cores. Consumer c waits on barrier 1 + c and passes the turn on barrier 2 - c; both take the same
+// number of turns.
+template <bool ON>
 __device__ __forceinline__ void awg_turn_wait(int c) {
-    if (AWG_PINGPONG) asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
+    if (ON) asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
 }
+template <bool ON>
 __device__ __forceinline__ void awg_turn_pass(int c) {
-    if (AWG_PINGPONG) asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
+    if (ON) asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
 }
 
 // grid (ceil(T / 128), H, B), AWG_THREADS threads, AWG_SMEM_BYTES of dynamic shared memory.
@@ -170,21 +176,21 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
     for (int i = 0; i < 32; i++) o[i] = 0.0f;
     hp_mbar_wait(q_full, 0, AWG_TIMEOUT_NS);
     float sc[64];
-    if (c == 1) awg_turn_pass(1);  // consumer 0 issues first
+    if (c == 1) awg_turn_pass<AWG_PINGPONG>(1);  // consumer 0 issues first
     for (int j = 0; j < nkb; j++) {
         const int s = j % AWG_STAGES;
         const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
         const uint32_t sK = sK0 + s * AWG_TILE_BYTES, sV = sV0 + s * AWG_TILE_BYTES;
         if (j == 0) {  // S = Q K^T (for j > 0 issued by the previous block's step)
             hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
-            awg_turn_wait(c);
+            awg_turn_wait<AWG_PINGPONG>(c);
             awg_fence_acc(sc);
             hp_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < AWG_HD / 16; kk++)
                 awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0 ? 1 : 0);
             hp_wgmma_commit();
-            awg_turn_pass(c);  // never the last turn: P V follows
+            awg_turn_pass<AWG_PINGPONG>(c);  // never the last turn: P V follows
             hp_wgmma_wait<0>();
             awg_fence_acc(sc);
         }
@@ -252,7 +258,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 #pragma unroll
             for (int i = 0; i < 4; i++) pa[kk][i] = tc_pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
         hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
-        awg_turn_wait(c);
+        awg_turn_wait<AWG_PINGPONG>(c);
         awg_fence_acc(o);
         hp_wgmma_fence();
 #pragma unroll
@@ -270,7 +276,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
                 awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK1 + 32 * kk), kk > 0 ? 1 : 0);
             hp_wgmma_commit();
         }
-        if (c == 0 || j + 1 < nkb) awg_turn_pass(c);  // consumer 1's last turn has no taker
+        if (c == 0 || j + 1 < nkb) awg_turn_pass<AWG_PINGPONG>(c);  // consumer 1's last turn has no taker
         hp_wgmma_wait<0>();
         awg_fence_acc(o);
         awg_fence_acc(sc);
@@ -392,7 +398,10 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
 #pragma unroll
     for (int i = 0; i < 32; i++) dka[i] = dva[i] = 0.0f;
     hp_mbar_wait(kv_full, 0, AWG_TIMEOUT_NS);
+    constexpr bool PP = AWG_PINGPONG_BWD;
+    if (c == 1) awg_turn_pass<PP>(1);  // consumer 0 issues first
     for (int it = 0; it < n_it; it++) {
+        const bool last = c == 1 && it == n_it - 1;  // consumer 1's last turn has no taker
         const int s = it % AWG_BWD_STAGES;
         const uint32_t ph = (uint32_t)(it / AWG_BWD_STAGES) & 1u;
         const int q0 = (2 * nb + it % per_head) * 64;
@@ -401,6 +410,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
             const uint32_t sQ = sQ0 + s * AWG_HALF_TILE_BYTES, sdO = sdO0 + s * AWG_HALF_TILE_BYTES;
             const float *L = sLD + s * 128, *D = L + 64;
             float st[32], dpt[32];
+            awg_turn_wait<PP>(c);
             awg_fence_acc(st);
             awg_fence_acc(dpt);
             hp_wgmma_fence();
@@ -411,6 +421,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
             for (int kk = 0; kk < AWG_HD / 16; kk++)
                 awg_wgmma_m64n64k16_ss(dpt, hp_desc_sw128(aV + 32 * kk), hp_desc_sw128(sdO + 32 * kk), kk > 0 ? 1 : 0);
             hp_wgmma_commit();
+            awg_turn_pass<PP>(c);
             hp_wgmma_wait<0>();
             awg_fence_acc(st);
             awg_fence_acc(dpt);
@@ -437,6 +448,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
                     pa[kk][i] = tc_pack_bf16x2(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
                     da[kk][i] = tc_pack_bf16x2(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
                 }
+            awg_turn_wait<PP>(c);
             awg_fence_acc(dva);
             awg_fence_acc(dka);
             hp_wgmma_fence();
@@ -445,9 +457,15 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dka, da[kk], hp_desc_sw128(sQ + 2048 * kk, 1024));
             hp_wgmma_commit();
+            if (!last) awg_turn_pass<PP>(c);
             hp_wgmma_wait<0>();
             awg_fence_acc(dva);
             awg_fence_acc(dka);
+        } else {  // the same two turns, empty
+            awg_turn_wait<PP>(c);
+            awg_turn_pass<PP>(c);
+            awg_turn_wait<PP>(c);
+            if (!last) awg_turn_pass<PP>(c);
         }
         hp_mbar_arrive(bars + 8 * (1 + AWG_BWD_STAGES + s));
     }

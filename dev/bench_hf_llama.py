@@ -5,6 +5,7 @@ backward + optimizer step on B x T random tokens. Prints training-step tokens/ms
 events) and peak memory, in the same shapes as ../shared/BENCHMARKS.md (4 x 2048 tokens per step).
 
     python3 dev/bench_hf_llama.py --preset 0.5B --batch 4 --seq 2048 --steps 10
+    python3 dev/bench_hf_llama.py --preset 0.5B --compile     # the model under torch.compile (compiled in warm-up)
 The matching run of our trainer (same shapes, random tokens):
     build/train_gpt_relu --preset 0.5B --batch 4 --seq 2048 --bench 12
 """
@@ -22,6 +23,8 @@ def main():
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=10, help="timed steps (after 3 warm-up steps)")
     ap.add_argument("--vocab", type=int, default=49152)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (default mode); the warm-up "
+                    "steps compile it, the timed steps do not")
     args = ap.parse_args()
     try:
         import torch
@@ -42,6 +45,7 @@ def main():
     model = LlamaForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16)
     model.train()
     nparams = sum(p.numel() for p in model.parameters())
+    fwd = torch.compile(model) if args.compile else model
     try:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     except Exception:  # noqa: BLE001
@@ -52,7 +56,7 @@ def main():
 
     def step(i):
         x = batches[i % len(batches)]
-        out = model(input_ids=x, labels=x)
+        out = fwd(input_ids=x, labels=x)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -71,7 +75,8 @@ def main():
         b.synchronize()
         times.append(a.elapsed_time(b))
     med = statistics.median(times)
-    print(f"hf_llama {args.preset}: {nparams / 1e9:.3f} B params, {torch.cuda.get_device_name(0)}, "
+    mode = "torch.compile" if args.compile else "eager"
+    print(f"hf_llama {args.preset} ({mode}): {nparams / 1e9:.3f} B params, {torch.cuda.get_device_name(0)}, "
           f"torch {torch.__version__}, B={B} T={T}: median step {med:.2f} ms over {args.steps}, "
           f"{B * T / med:.1f} tokens/ms, peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
     return 0

@@ -77,6 +77,9 @@ __device__ __forceinline__ void awg_wgmma_m64n64k16_ss(float (&d)[32], uint64_t 
         : "l"(da), "l"(db), "r"(scale_d)
         : "memory");
 }
+// m64nNk16, N = 64 or 128, both operands from shared memory (the one above or below, by N).
+template <int N>
+__device__ __forceinline__ void awg_wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d);
 // One wgmma.mma_async m64n64k16, A from registers (a[4]: bf16x2 in the accumulator layout of the scores) and B
 // MN-major from shared memory (imm-trans-b 1): O[64 x 64] += P[64 x 16] V[16 x 64].
 __device__ __forceinline__ void awg_wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
@@ -93,6 +96,13 @@ __device__ __forceinline__ void awg_wgmma_m64n64k16_rs(float (&d)[32], const uin
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
         : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void awg_wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
+    static_assert(N == 64 || N == 128, "awg_wgmma_ss: N is 64 or 128");
+    if constexpr (N == 128) awg_wgmma_m64n128k16_ss(d, da, db, scale_d);
+    else awg_wgmma_m64n64k16_ss(d, da, db, scale_d);
 }
 
 // 16 bytes from a shared-window address.
@@ -331,8 +341,12 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 #define AWG_BWD_STAGES 4
 #endif
 #define AWG_HALF_TILE_BYTES (64 * AWG_HD * 2)  // 8192: a 64-row tile
-#define AWG_DKDV_SMEM_BYTES \
-    (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * (2 * AWG_HALF_TILE_BYTES + 2 * 64 * 4) + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
+#ifndef AWG_DKDV_BQ  // query rows per step of the dK/dV kernel: 64, or 128 (m64n128 tiles, setmaxnreg 40/232)
+#define AWG_DKDV_BQ 64
+#endif
+#define AWG_DKDV_SMEM_BYTES                                                                                         \
+    (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * (2 * AWG_DKDV_BQ * AWG_HD * 2 + 2 * AWG_DKDV_BQ * 4) +                    \
+     8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
 #define AWG_DQ_SMEM_BYTES ((2 + 2 * AWG_BWD_STAGES) * AWG_TILE_BYTES + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
 
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
@@ -342,13 +356,15 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
                            const float *__restrict__ dsum, int T, int H, int KVH, float scale, float scale_log2) {
     extern __shared__ __align__(16) unsigned char awg_smem[];
     const uint32_t raw = hp_smem_addr(awg_smem), base = (raw + 1023u) & ~1023u;
+    constexpr int BQ = AWG_DKDV_BQ;
+    constexpr uint32_t QT = BQ * AWG_HD * 2;  // a Q or dO tile
     const uint32_t sK = base, sV = sK + AWG_TILE_BYTES, sQ0 = sV + AWG_TILE_BYTES;
-    const uint32_t sdO0 = sQ0 + AWG_BWD_STAGES * AWG_HALF_TILE_BYTES;
-    const uint32_t sL0 = sdO0 + AWG_BWD_STAGES * AWG_HALF_TILE_BYTES;  // [stage][64] lse * log2e, then [stage][64] D
-    const uint32_t bars = sL0 + AWG_BWD_STAGES * 2 * 64 * 4;         // kv_full, full[S], empty[S]
+    const uint32_t sdO0 = sQ0 + AWG_BWD_STAGES * QT;
+    const uint32_t sL0 = sdO0 + AWG_BWD_STAGES * QT;  // [stage]: [BQ] lse * log2e, then [BQ] D
+    const uint32_t bars = sL0 + AWG_BWD_STAGES * 2 * BQ * 4;  // kv_full, full[S], empty[S]
     float *const sLD = reinterpret_cast<float *>(awg_smem + (sL0 - raw));
     const int nb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, group = H / KVH, k0 = nb * AWG_BN;
-    const int per_head = CEIL_DIV(T, 64) - 2 * nb, n_it = group * per_head;  // query blocks 2 nb .. of each head
+    const int i_begin = k0 / BQ, per_head = CEIL_DIV(T, BQ) - i_begin, n_it = group * per_head;  // blocks from k0
     const int wg = threadIdx.x >> 7;
     const uint32_t kv_full = bars;
     if (threadIdx.x == 0) {
@@ -361,6 +377,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
     }
     __syncthreads();
     if (wg == 0) {  // producer warp
+        if (BQ == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");  // (its L, D loop)
         if (threadIdx.x >= 32) return;
         const int lane = threadIdx.x;
         if (lane == 0) {
@@ -371,25 +388,26 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
         for (int it = 0; it < n_it; it++) {
             const int s = it % AWG_BWD_STAGES;
             const uint32_t ph = (uint32_t)(it / AWG_BWD_STAGES) & 1u, full = bars + 8 * (1 + s);
-            const int h = kvh * group + it / per_head, q0 = (2 * nb + it % per_head) * 64;
+            const int h = kvh * group + it / per_head, q0 = (i_begin + it % per_head) * BQ;
             hp_mbar_wait(bars + 8 * (1 + AWG_BWD_STAGES + s), ph ^ 1u, AWG_TIMEOUT_NS);
-            float *L = sLD + s * 128, *D = L + 64;
-            for (int i = lane; i < 64; i += 32) {
+            float *L = sLD + s * 2 * BQ, *D = L + BQ;
+            for (int i = lane; i < BQ; i += 32) {
                 const int row = q0 + i;
                 const size_t idx = ((size_t)b * H + h) * T + row;
                 L[i] = row < T ? lse[idx] * 1.4426950408889634f : INFINITY;
                 D[i] = row < T ? dsum[idx] : 0.0f;
             }
             if (lane == 0) {  // its arrive (release) also publishes its own L, D stores
-                hp_mbar_arrive_expect_tx(full, 2 * AWG_HALF_TILE_BYTES);
-                hp_tma_load_2d(sQ0 + s * AWG_HALF_TILE_BYTES, &tmQ, full, h * AWG_HD, b * T + q0);
-                hp_tma_load_2d(sdO0 + s * AWG_HALF_TILE_BYTES, &tmdO, full, h * AWG_HD, b * T + q0);
+                hp_mbar_arrive_expect_tx(full, 2 * QT);
+                hp_tma_load_2d(sQ0 + s * QT, &tmQ, full, h * AWG_HD, b * T + q0);
+                hp_tma_load_2d(sdO0 + s * QT, &tmdO, full, h * AWG_HD, b * T + q0);
             } else {
                 hp_mbar_arrive(full);
             }
         }
         return;
     }
+    if (BQ == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     // consumer c: keys kr0 = k0 + 64 c + 16 warp + lane / 4 and kr0 + 8 (the accumulator rows of this thread)
     const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
     const int kc0 = k0 + 64 * c, kr0 = kc0 + 16 * warp + (lane >> 2), kr1 = kr0 + 8;
@@ -404,22 +422,22 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
         const bool last = c == 1 && it == n_it - 1;  // consumer 1's last turn has no taker
         const int s = it % AWG_BWD_STAGES;
         const uint32_t ph = (uint32_t)(it / AWG_BWD_STAGES) & 1u;
-        const int q0 = (2 * nb + it % per_head) * 64;
+        const int q0 = (i_begin + it % per_head) * BQ;
         hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
-        if (q0 + 63 >= kc0) {  // else every query of the block is before every key of this warpgroup: P = 0
-            const uint32_t sQ = sQ0 + s * AWG_HALF_TILE_BYTES, sdO = sdO0 + s * AWG_HALF_TILE_BYTES;
-            const float *L = sLD + s * 128, *D = L + 64;
-            float st[32], dpt[32];
+        if (q0 + BQ - 1 >= kc0) {  // else every query of the block is before every key of this warpgroup: P = 0
+            const uint32_t sQ = sQ0 + s * QT, sdO = sdO0 + s * QT;
+            const float *L = sLD + s * 2 * BQ, *D = L + BQ;
+            float st[BQ / 2], dpt[BQ / 2];
             awg_turn_wait<PP>(c);
             awg_fence_acc(st);
             awg_fence_acc(dpt);
             hp_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < AWG_HD / 16; kk++)
-                awg_wgmma_m64n64k16_ss(st, hp_desc_sw128(aK + 32 * kk), hp_desc_sw128(sQ + 32 * kk), kk > 0 ? 1 : 0);
+                awg_wgmma_ss<BQ>(st, hp_desc_sw128(aK + 32 * kk), hp_desc_sw128(sQ + 32 * kk), kk > 0);
 #pragma unroll
             for (int kk = 0; kk < AWG_HD / 16; kk++)
-                awg_wgmma_m64n64k16_ss(dpt, hp_desc_sw128(aV + 32 * kk), hp_desc_sw128(sdO + 32 * kk), kk > 0 ? 1 : 0);
+                awg_wgmma_ss<BQ>(dpt, hp_desc_sw128(aV + 32 * kk), hp_desc_sw128(sdO + 32 * kk), kk > 0);
             hp_wgmma_commit();
             awg_turn_pass<PP>(c);
             hp_wgmma_wait<0>();
@@ -427,9 +445,9 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
             awg_fence_acc(dpt);
             // P^T and dS^T: row = key (kr0 for e < 2, kr1 else), col = query q0 + 8 jn + 2 qd + (e & 1)
             const bool mask = q0 < kc0 + 63;
-            uint32_t pa[4][4], da[4][4];
+            uint32_t pa[BQ / 16][4], da[BQ / 16][4];
 #pragma unroll
-            for (int jn = 0; jn < 8; jn++) {
+            for (int jn = 0; jn < BQ / 8; jn++) {
                 const float2 l2 = *reinterpret_cast<const float2 *>(L + 8 * jn + 2 * qd);
                 const float2 d2 = *reinterpret_cast<const float2 *>(D + 8 * jn + 2 * qd);
 #pragma unroll
@@ -442,7 +460,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
                 }
             }
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++)
+            for (int kk = 0; kk < BQ / 16; kk++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     pa[kk][i] = tc_pack_bf16x2(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
@@ -453,9 +471,11 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
             awg_fence_acc(dka);
             hp_wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dva, pa[kk], hp_desc_sw128(sdO + 2048 * kk, 1024));
+            for (int kk = 0; kk < BQ / 16; kk++)
+                awg_wgmma_m64n64k16_rs(dva, pa[kk], hp_desc_sw128(sdO + 2048 * kk, 1024));
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) awg_wgmma_m64n64k16_rs(dka, da[kk], hp_desc_sw128(sQ + 2048 * kk, 1024));
+            for (int kk = 0; kk < BQ / 16; kk++)
+                awg_wgmma_m64n64k16_rs(dka, da[kk], hp_desc_sw128(sQ + 2048 * kk, 1024));
             hp_wgmma_commit();
             if (!last) awg_turn_pass<PP>(c);
             hp_wgmma_wait<0>();
@@ -693,7 +713,8 @@ static inline int attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const b
     const float scale = 1.0f / sqrtf((float)AWG_HD), scale_log2 = scale * 1.4426950408889634f;
     const dim3 gkv((unsigned)CEIL_DIV(T, AWG_BN), (unsigned)KVH, (unsigned)B);
     attn_wgmma_bwd_dkdv_kernel<<<gkv, AWG_THREADS, AWG_DKDV_SMEM_BYTES, stream>>>(
-        mq64, mdo64, mk128, mv128, dk, dv, lse, dsum, T, H, KVH, scale, scale_log2);
+        AWG_DKDV_BQ == 128 ? mq128 : mq64, AWG_DKDV_BQ == 128 ? mdo128 : mdo64, mk128, mv128, dk, dv, lse, dsum, T, H,
+        KVH, scale, scale_log2);
     cudaCheckLaunch();
     const dim3 gq((unsigned)CEIL_DIV(T, AWG_BM), (unsigned)H, (unsigned)B);
     attn_wgmma_bwd_dq_kernel<<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES, stream>>>(mq128, mdo128, mk128, mv128, dq, lse, dsum,

@@ -117,24 +117,12 @@ __device__ __forceinline__ void awg_fence_acc(float (&d)[N]) {
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-#ifndef AWG_PINGPONG  // (-D: dev A/B; the forward)
-#define AWG_PINGPONG 0
-#endif
-#ifndef AWG_PINGPONG_BWD  // (the dK/dV kernel)
-#define AWG_PINGPONG_BWD 0
-#endif
-// Ping-pong: the two consumer warpgroups take turns issuing their wgmma groups (named barriers 1 and 2, 256
-// threads: one side waits, the other arrives), so that one's element-wise work runs while the other's products hold
-// the tensor cores. Consumer c waits on barrier 1 + c and passes the turn on barrier 2 - c; both take the same
-// number of turns.
-template <bool ON>
-__device__ __forceinline__ void awg_turn_wait(int c) {
-    if (ON) asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
-}
-template <bool ON>
-__device__ __forceinline__ void awg_turn_pass(int c) {
-    if (ON) asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
-}
+// Ping-pong in the dK/dV kernel: its two consumer warpgroups take turns issuing their wgmma groups (named barriers
+// 1 and 2, 256 threads: one side waits, the other arrives), so that one's element-wise work runs while the other's
+// products hold the tensor cores. Consumer c waits on barrier 1 + c and passes the turn on barrier 2 - c; both take
+// the same number of turns. (In the forward the same turns gained nothing: dev/RESULTS.md, Flash attention.)
+__device__ __forceinline__ void awg_turn_wait(int c) { asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory"); }
+__device__ __forceinline__ void awg_turn_pass(int c) { asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory"); }
 
 // grid (ceil(T / 128), H, B), AWG_THREADS threads, AWG_SMEM_BYTES of dynamic shared memory.
 // A warpgroup issues S of the next key block right behind its P V, so the tensor cores get both back to back and
@@ -186,21 +174,18 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
     for (int i = 0; i < 32; i++) o[i] = 0.0f;
     hp_mbar_wait(q_full, 0, AWG_TIMEOUT_NS);
     float sc[64];
-    if (c == 1) awg_turn_pass<AWG_PINGPONG>(1);  // consumer 0 issues first
     for (int j = 0; j < nkb; j++) {
         const int s = j % AWG_STAGES;
         const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
         const uint32_t sK = sK0 + s * AWG_TILE_BYTES, sV = sV0 + s * AWG_TILE_BYTES;
         if (j == 0) {  // S = Q K^T (for j > 0 issued by the previous block's step)
             hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
-            awg_turn_wait<AWG_PINGPONG>(c);
             awg_fence_acc(sc);
             hp_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < AWG_HD / 16; kk++)
                 awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0 ? 1 : 0);
             hp_wgmma_commit();
-            awg_turn_pass<AWG_PINGPONG>(c);  // never the last turn: P V follows
             hp_wgmma_wait<0>();
             awg_fence_acc(sc);
         }
@@ -268,7 +253,6 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 #pragma unroll
             for (int i = 0; i < 4; i++) pa[kk][i] = tc_pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
         hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
-        awg_turn_wait<AWG_PINGPONG>(c);
         awg_fence_acc(o);
         hp_wgmma_fence();
 #pragma unroll
@@ -286,7 +270,6 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
                 awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK1 + 32 * kk), kk > 0 ? 1 : 0);
             hp_wgmma_commit();
         }
-        if (c == 0 || j + 1 < nkb) awg_turn_pass<AWG_PINGPONG>(c);  // consumer 1's last turn has no taker
         hp_wgmma_wait<0>();
         awg_fence_acc(o);
         awg_fence_acc(sc);
@@ -324,13 +307,14 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 // products with dO, Q and K. dK = scale * sum dS^T Q, dQ = scale * sum dS K, dV = sum P^T dO.
 //
 // dK/dV kernel: grid (ceil(T / 128), KVH, B), 384 threads. CTA: 128 keys of one (batch, kv head); its K and V tiles
-// stay in shared memory. It loops over the query heads of the group and, per head, the 64-row query blocks from
+// stay in shared memory. It loops over the query heads of the group and, per head, the 128-row query blocks from
 // the diagonal to T.
-//   warp 0 (producer): per step, the Q and dO tiles (64 x 64, TMA) and the block's lse * log2e and D (+inf and
-//     0 past T: P = dS = 0 there) into a ring of AWG_BWD_STAGES stages.
-//   warpgroups 1, 2 (consumers, keys k0 + 64 c ..): S^T = K Q^T and dP^T = V dO^T (wgmma m64n64k16, both operands
-//     K-major), P^T and dS^T in registers, then dV += P^T dO and dK += dS^T Q (A from registers, B = the dO and Q
-//     tiles MN-major). A query block entirely before the warpgroup's keys is skipped.
+//   warp 0 (producer; setmaxnreg 40): per step, the Q and dO tiles (128 x 64, TMA) and the block's lse * log2e and
+//     D (+inf and 0 past T: P = dS = 0 there) into a ring of AWG_BWD_STAGES stages.
+//   warpgroups 1, 2 (consumers, keys k0 + 64 c ..; setmaxnreg 232): S^T = K Q^T and dP^T = V dO^T (wgmma
+//     m64n128k16, both operands K-major), P^T and dS^T in registers, then dV += P^T dO and dK += dS^T Q (A from
+//     registers, B = the dO and Q tiles MN-major). The two warpgroups take turns issuing (ping-pong, above). A
+//     query block entirely before the warpgroup's keys is skipped (its turns are taken empty).
 // dQ kernel: grid (ceil(T / 128), H, B), 384 threads. CTA: 128 query rows of one (batch, head) (Q and dO loaded
 // once), looping over 128-key blocks up to the diagonal.
 //   thread 0 (producer): the K and V tiles (128 x 64) per block into the ring.
@@ -341,9 +325,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 #define AWG_BWD_STAGES 4
 #endif
 #define AWG_HALF_TILE_BYTES (64 * AWG_HD * 2)  // 8192: a 64-row tile
-#ifndef AWG_DKDV_BQ  // query rows per step of the dK/dV kernel: 64, or 128 (m64n128 tiles, setmaxnreg 40/232)
-#define AWG_DKDV_BQ 64
-#endif
+#define AWG_DKDV_BQ 128  // query rows per step of the dK/dV kernel (m64n128 S^T and dP^T tiles)
 #define AWG_DKDV_SMEM_BYTES                                                                                         \
     (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * (2 * AWG_DKDV_BQ * AWG_HD * 2 + 2 * AWG_DKDV_BQ * 4) +                    \
      8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
@@ -377,7 +359,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
     }
     __syncthreads();
     if (wg == 0) {  // producer warp
-        if (BQ == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");  // (its L, D loop)
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");  // (its L, D loop)
         if (threadIdx.x >= 32) return;
         const int lane = threadIdx.x;
         if (lane == 0) {
@@ -407,7 +389,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
         }
         return;
     }
-    if (BQ == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");  // S^T, dP^T, dK, dV: 128 accumulators
     // consumer c: keys kr0 = k0 + 64 c + 16 warp + lane / 4 and kr0 + 8 (the accumulator rows of this thread)
     const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
     const int kc0 = k0 + 64 * c, kr0 = kc0 + 16 * warp + (lane >> 2), kr1 = kr0 + 8;
@@ -416,8 +398,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
 #pragma unroll
     for (int i = 0; i < 32; i++) dka[i] = dva[i] = 0.0f;
     hp_mbar_wait(kv_full, 0, AWG_TIMEOUT_NS);
-    constexpr bool PP = AWG_PINGPONG_BWD;
-    if (c == 1) awg_turn_pass<PP>(1);  // consumer 0 issues first
+    if (c == 1) awg_turn_pass(1);  // consumer 0 issues first
     for (int it = 0; it < n_it; it++) {
         const bool last = c == 1 && it == n_it - 1;  // consumer 1's last turn has no taker
         const int s = it % AWG_BWD_STAGES;
@@ -428,7 +409,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
             const uint32_t sQ = sQ0 + s * QT, sdO = sdO0 + s * QT;
             const float *L = sLD + s * 2 * BQ, *D = L + BQ;
             float st[BQ / 2], dpt[BQ / 2];
-            awg_turn_wait<PP>(c);
+            awg_turn_wait(c);
             awg_fence_acc(st);
             awg_fence_acc(dpt);
             hp_wgmma_fence();
@@ -439,7 +420,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
             for (int kk = 0; kk < AWG_HD / 16; kk++)
                 awg_wgmma_ss<BQ>(dpt, hp_desc_sw128(aV + 32 * kk), hp_desc_sw128(sdO + 32 * kk), kk > 0);
             hp_wgmma_commit();
-            awg_turn_pass<PP>(c);
+            awg_turn_pass(c);
             hp_wgmma_wait<0>();
             awg_fence_acc(st);
             awg_fence_acc(dpt);
@@ -466,7 +447,7 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
                     pa[kk][i] = tc_pack_bf16x2(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
                     da[kk][i] = tc_pack_bf16x2(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
                 }
-            awg_turn_wait<PP>(c);
+            awg_turn_wait(c);
             awg_fence_acc(dva);
             awg_fence_acc(dka);
             hp_wgmma_fence();
@@ -477,15 +458,15 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
             for (int kk = 0; kk < BQ / 16; kk++)
                 awg_wgmma_m64n64k16_rs(dka, da[kk], hp_desc_sw128(sQ + 2048 * kk, 1024));
             hp_wgmma_commit();
-            if (!last) awg_turn_pass<PP>(c);
+            if (!last) awg_turn_pass(c);
             hp_wgmma_wait<0>();
             awg_fence_acc(dva);
             awg_fence_acc(dka);
         } else {  // the same two turns, empty
-            awg_turn_wait<PP>(c);
-            awg_turn_pass<PP>(c);
-            awg_turn_wait<PP>(c);
-            if (!last) awg_turn_pass<PP>(c);
+            awg_turn_wait(c);
+            awg_turn_pass(c);
+            awg_turn_wait(c);
+            if (!last) awg_turn_pass(c);
         }
         hp_mbar_arrive(bars + 8 * (1 + AWG_BWD_STAGES + s));
     }
@@ -693,11 +674,10 @@ static inline int attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const b
                                            const float *dsum, const bf16 *q, const bf16 *k, const bf16 *v, int B,
                                            int T, int H, int KVH, cudaStream_t stream) {
     HpEncodeTiledFn enc = hp_encode_fn();
-    CUtensorMap mq64, mdo64, mk128, mv128, mq128, mdo128;
+    CUtensorMap mk128, mv128, mq128, mdo128;
     const long long N = (long long)B * T;
     const int qc = H * AWG_HD, kc = KVH * AWG_HD;
-    if (!enc || awg_make_map(enc, &mq64, q, N, qc, "q", 64) || awg_make_map(enc, &mdo64, dout, N, qc, "dout", 64) ||
-        awg_make_map(enc, &mk128, k, N, kc, "k", 128) || awg_make_map(enc, &mv128, v, N, kc, "v", 128) ||
+    if (!enc || awg_make_map(enc, &mk128, k, N, kc, "k", 128) || awg_make_map(enc, &mv128, v, N, kc, "v", 128) ||
         awg_make_map(enc, &mq128, q, N, qc, "q", 128) || awg_make_map(enc, &mdo128, dout, N, qc, "dout", 128)) {
         g_attn_wgmma_fallbacks++;
         return 1;
@@ -713,8 +693,7 @@ static inline int attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const b
     const float scale = 1.0f / sqrtf((float)AWG_HD), scale_log2 = scale * 1.4426950408889634f;
     const dim3 gkv((unsigned)CEIL_DIV(T, AWG_BN), (unsigned)KVH, (unsigned)B);
     attn_wgmma_bwd_dkdv_kernel<<<gkv, AWG_THREADS, AWG_DKDV_SMEM_BYTES, stream>>>(
-        AWG_DKDV_BQ == 128 ? mq128 : mq64, AWG_DKDV_BQ == 128 ? mdo128 : mdo64, mk128, mv128, dk, dv, lse, dsum, T, H,
-        KVH, scale, scale_log2);
+        mq128, mdo128, mk128, mv128, dk, dv, lse, dsum, T, H, KVH, scale, scale_log2);
     cudaCheckLaunch();
     const dim3 gq((unsigned)CEIL_DIV(T, AWG_BM), (unsigned)H, (unsigned)B);
     attn_wgmma_bwd_dq_kernel<<<gq, AWG_THREADS, AWG_DQ_SMEM_BYTES, stream>>>(mq128, mdo128, mk128, mv128, dq, lse, dsum,

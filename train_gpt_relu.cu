@@ -57,7 +57,7 @@ typedef struct {
         d_ff, nongated, max_seq, time_limit, deterministic, profile, no_reduce, keep_last, allow_config_change,
         dist_max_ctas;
     float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta, dist_timeout;
-    const char *dist_init, *grad_reduce, *moments;
+    const char *dist_init, *grad_reduce, *moments, *master;
     unsigned long long seed;
     // FFN path (model/sparse_ffn.cuh)
     const char *ffn_path;
@@ -84,6 +84,7 @@ static void options_defaults(Options *o) {
     o->preset = "tiny";
     o->schedule = "cosine";
     o->moments = "fp32";
+    o->master = "fp32";
     o->batch = 4; o->seq = 0; o->total_batch = 0; o->steps = 1000; o->warmup = 100;
     o->eval_every = 100; o->eval_batches = 20; o->sample_every = 200; o->sample_tokens = 64; o->ckpt_every = 0;
     o->recompute = 0; o->vocab = 0; o->log_stats_every = 10; o->bench = 0; o->stop_at = -1;
@@ -386,6 +387,7 @@ static int run_main(int argc, char **argv) {
         {"seed", 's', CLI_U64, &o.seed, "seed for init, data order and sampling", 0, 0, 0},
         {"recompute", 'r', CLI_INT, &o.recompute, "activation recompute: 0 none, 1 FFN hidden, 2 + norms", 0, 2, 0},
         {"moments", 0, CLI_STRING, &o.moments, "AdamW moments: fp32, or bf16 (stochastic rounding; 4 B/param less; checkpoints stay fp32 and resume in either)", 0, 0, 0},
+        {"master", 0, CLI_STRING, &o.master, "master weights: fp32, or none (AdamW updates the bf16 weights with stochastic rounding; 4 B/param less; checkpoints resume in either)", 0, 0, 0},
         {"log-stats-every", 0, CLI_INT, &o.log_stats_every, "per-layer sparsity statistics every N steps (0: off)", 0, 2e9, 0},
         {"deterministic", 0, CLI_FLAG, &o.deterministic, "bit-reproducible runs even if SLLM_ATTN_BWD=atomic is set (the default attention backward is already deterministic)", 0, 0, 0},
         {"time-limit", 0, CLI_INT, &o.time_limit, "stop after this many seconds of training (eval, sample, checkpoint, exit)", 1, 1e9, 0},
@@ -525,6 +527,9 @@ static int run_main(int argc, char **argv) {
     if (strcmp(o.moments, "fp32") != 0 && strcmp(o.moments, "bf16") != 0)
         SLLM_FATAL("--moments %s: expected fp32 or bf16", o.moments);
     const int moments_bf16 = strcmp(o.moments, "bf16") == 0;
+    if (strcmp(o.master, "fp32") != 0 && strcmp(o.master, "none") != 0)
+        SLLM_FATAL("--master %s: expected fp32 or none", o.master);
+    const int no_master = strcmp(o.master, "none") == 0;
     if (!o.bench && !o.train) SLLM_FATAL("--train is required (a glob of .bin shards), or use --bench N");
     if (o.stop_at > 0 && !o.out) SLLM_FATAL("--stop-at needs --out (it writes a checkpoint)");
     const TrainConfig tcfg = {o.schedule, o.steps, o.warmup, o.lr, o.final_lr_frac, o.wd, o.beta1, o.beta2, o.eps,
@@ -622,12 +627,14 @@ static int run_main(int argc, char **argv) {
                       ffo.par.on_nnz, ffo.par.off_nnz, 100 * ffo.par.max_dense_frac, ffo.par.min_dwell);
     else logger_printf(&lg, "ffn path: %s for every layer\n", ffn_path_name(ffn_mode));
     Zero1 zero;
-    zero1_init_layout(&zero, &d, &model.lay, moments_bf16);
+    zero1_init_layout(&zero, &d, &model.lay, (moments_bf16 ? ZERO1_MOMENTS_BF16 : 0) | (no_master ? ZERO1_NO_MASTER : 0),
+                      model.params);
     if (init_params) params_upload(model.params, model.grads, init_params, model.lay.total, model.stream);
     else params_init_random(model.params, model.grads, &model.lay, o.seed, model.stream);
     zero1_set_master(&zero, model.grads, 1);
-    printf("  optimizer shard (ZeRO-1, rank %d of %d): %zu of %zu params, master fp32 + m, v %s: %.1f MiB\n", d.rank,
-           d.world, zero.shard.count, model.lay.total, o.moments, zero.opt_bytes / 1048576.0);
+    printf("  optimizer shard (ZeRO-1, rank %d of %d): %zu of %zu params, %s + m, v %s: %.1f MiB\n", d.rank, d.world,
+           zero.shard.count, model.lay.total, no_master ? "no master weights" : "master fp32", o.moments,
+           zero.opt_bytes / 1048576.0);
     GradReducer red;
     grad_reducer_init(&red, &d, model.grads, model.lay.total, reduce_mode);
     grad_reducer_add_layer_buckets(&red, &model.lay, cfg.n_layer);
@@ -680,9 +687,9 @@ static int run_main(int argc, char **argv) {
     const double flops_tok = model_flops_per_token(&cfg, T);
     const long long tokens_per_step = (long long)o.total_batch;
     logger_printf(&lg, "batch: B=%d T=%d accum=%d world=%d -> %lld tokens/step; steps %d; lr %g (%s, warmup %d, "
-                       "final x%g); wd %g; clip %g; lambda %g; recompute %d; AdamW moments %s\n",
+                       "final x%g); wd %g; clip %g; lambda %g; recompute %d; AdamW moments %s; master weights %s\n",
                   B, T, accum, d.world, tokens_per_step, o.steps, o.lr, o.schedule, o.warmup, o.final_lr_frac, o.wd,
-                  o.grad_clip, cfg.l1_lambda, o.recompute, o.moments);
+                  o.grad_clip, cfg.l1_lambda, o.recompute, o.moments, o.master);
     logger_printf(&lg, "model FLOPs per token (fwd+bwd): %.3g\n", flops_tok);
 
     int32_t *in = (int32_t *)sllm_malloc((size_t)B * T * 4), *tg = (int32_t *)sllm_malloc((size_t)B * T * 4);

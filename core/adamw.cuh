@@ -1,4 +1,4 @@
-// core/adamw.cuh: AdamW update with fp32 master weights, fp32 state, bf16 working weights.
+// core/adamw.cuh: AdamW update of bf16 working weights: fp32 master weights (or none), fp32 or bf16 moments.
 //
 //   grad, master, m, v [n] fp32;  param [n] bf16 (written as round_to_nearest_even(master))
 //   g = grad * clip, clip = (max_norm > 0 && norm > max_norm) ? max_norm / norm : 1
@@ -15,6 +15,11 @@
 // below bf16's mantissa decide the direction with the probability of their fraction, from a hash of (step, global
 // index, m|v), so E[stored] = the fp32 value and the result is reproducible (resume stays bit-exact, and any
 // sharding gives the same bits). Round-to-nearest would freeze v under beta2 close to 1: 0.999 v rounds back to v.
+//
+// Without master weights (master == NULL, the trainer's --master none): the bf16 weights ARE the weights. p is read
+// from param and written back rounded STOCHASTICALLY (the hash below, which = 2), so an update smaller than half a
+// bf16 step still moves the weight with the right probability instead of being lost as under round-to-nearest.
+// 16 bytes moved per parameter with bf16 moments (read param, grad, m, v; write param, m, v) instead of 30.
 #ifndef SLLM_ADAMW_CUH
 #define SLLM_ADAMW_CUH
 
@@ -37,10 +42,12 @@ __device__ __forceinline__ float adamw_elem(float g, float &mi, float &vi, float
     const float upd = __fmaf_rn(wd, p, __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)));
     return __fmaf_rn(-lr, upd, p);
 }
-// The stochastic rounding of a bf16 moment: 32 random bits from (step, global element index, which = 0 for m, 1 for v)
-// (splitmix64's finalizer), and x rounded to bf16 with them. Host and device (the tests' reference uses the same).
+// The stochastic rounding of a bf16 value: 32 random bits from (step, global element index, which = 0 for m, 1 for v,
+// 2 for a master-less weight) (splitmix64's finalizer; the weights' stream is set apart by a constant), and x rounded
+// to bf16 with them. Host and device (the tests' reference uses the same).
 __host__ __device__ inline uint32_t adamw_sr_hash(uint32_t step, uint64_t index, uint32_t which) {
-    uint64_t x = (index * 2u + which) ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull);
+    uint64_t x = (index * 2u + (which & 1u)) ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull) ^
+                 ((uint64_t)(which >> 1) * 0xD6E8FEB86659FD93ull);
     x ^= x >> 30;
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 27;
@@ -105,11 +112,16 @@ static __global__ void adamw_kernel(bf16 *param, float *master, MT *m, MT *v, co
     if (i >= n) return;
     float clip = adamw_clip(norm, max_norm);
     float mi = adamw_ld1(m, i), vi = adamw_ld1(v, i);
-    float p = adamw_elem(grad[i] * clip, mi, vi, master[i], lr, b1, b2, eps, wd, bc1, bc2);
+    const float p0 = master ? master[i] : __bfloat162float(param[i]);
+    float p = adamw_elem(grad[i] * clip, mi, vi, p0, lr, b1, b2, eps, wd, bc1, bc2);
     adamw_st1(m, i, mi, step, index_base + i, 0);
     adamw_st1(v, i, vi, step, index_base + i, 1);
-    master[i] = p;
-    param[i] = __float2bfloat16_rn(p);
+    if (master) {
+        master[i] = p;
+        param[i] = __float2bfloat16_rn(p);
+    } else {
+        adamw_st1(param, i, p, step, index_base + i, 2);
+    }
 }
 
 // Multi-tensor AdamW over a whole flat buffer in ONE launch: segments [end[s-1], end[s]) use weight decay
@@ -138,24 +150,29 @@ static __global__ void __launch_bounds__(256) adamw_multi_kernel(bf16 *param, fl
         float4 g = reinterpret_cast<const float4 *>(grad)[i4];
         float4 mm = adamw_ld4(m, i4);
         float4 vv = adamw_ld4(v, i4);
-        float4 p = reinterpret_cast<const float4 *>(master)[i4];
+        float4 p = master ? reinterpret_cast<const float4 *>(master)[i4] : adamw_ld4(param, i4);
         p.x = adamw_elem(g.x * clip, mm.x, vv.x, p.x, lr, b1, b2, eps, wd, bc1, bc2);
         p.y = adamw_elem(g.y * clip, mm.y, vv.y, p.y, lr, b1, b2, eps, wd, bc1, bc2);
         p.z = adamw_elem(g.z * clip, mm.z, vv.z, p.z, lr, b1, b2, eps, wd, bc1, bc2);
         p.w = adamw_elem(g.w * clip, mm.w, vv.w, p.w, lr, b1, b2, eps, wd, bc1, bc2);
         adamw_st4(m, i4, mm, step, index_base + i, 0);
         adamw_st4(v, i4, vv, step, index_base + i, 1);
-        reinterpret_cast<float4 *>(master)[i4] = p;
-        __nv_bfloat162 lo = __floats2bfloat162_rn(p.x, p.y), hi = __floats2bfloat162_rn(p.z, p.w);
-        uint2 packed;
-        packed.x = *reinterpret_cast<uint32_t *>(&lo);
-        packed.y = *reinterpret_cast<uint32_t *>(&hi);
-        reinterpret_cast<uint2 *>(param)[i4] = packed;
+        if (master) {
+            reinterpret_cast<float4 *>(master)[i4] = p;
+            __nv_bfloat162 lo = __floats2bfloat162_rn(p.x, p.y), hi = __floats2bfloat162_rn(p.z, p.w);
+            uint2 packed;
+            packed.x = *reinterpret_cast<uint32_t *>(&lo);
+            packed.y = *reinterpret_cast<uint32_t *>(&hi);
+            reinterpret_cast<uint2 *>(param)[i4] = packed;
+        } else {
+            adamw_st4(param, i4, p, step, index_base + i, 2);
+        }
     }
 }
 
 // One launch for all segments. Grid: enough blocks to fill the GPU several times over (grid-stride beyond).
-// m, v: float or bf16 (then index_base = the global index of element 0, for the rounding hash).
+// m, v: float or bf16; master may be NULL (no master weights). index_base: the global index of element 0, for the
+// stochastic rounding hash of bf16 moments and of master-less weights.
 template <typename MT>
 static inline void adamw_update_multi(bf16 *param, float *master, MT *m, MT *v, const float *grad,
                                       const AdamWSegments *seg, const AdamWParams *hp, const float *norm_dev,
@@ -179,8 +196,8 @@ static inline void adamw_update_multi(bf16 *param, float *master, MT *m, MT *v, 
     cudaCheckLaunch();
 }
 
-// One tensor (or any slice) of n elements; wd already decided by the caller. m, v: float or bf16 (index_base as
-// for adamw_update_multi).
+// One tensor (or any slice) of n elements; wd already decided by the caller. m, v, master and index_base as for
+// adamw_update_multi.
 template <typename MT>
 static inline void adamw_update(bf16 *param, float *master, MT *m, MT *v, const float *grad, size_t n,
                                 const AdamWParams *hp, float wd, const float *norm_dev, cudaStream_t stream,

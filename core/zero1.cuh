@@ -3,7 +3,9 @@
 // Layout (core/shard_range.h): the flat fp32 gradient buffer and the flat bf16 parameter buffer ([total], in
 // core/config.h order) are cut into `world` contiguous ranges; rank r owns range r. Each rank keeps fp32 master
 // weights and AdamW m, v ONLY for its range: 12 B/param / world (Zero1.opt), instead of 12 B/param; 8 B/param / world
-// with the moments in bf16 (moments_bf16: stochastic rounding, core/adamw.cuh).
+// with the moments in bf16 (ZERO1_MOMENTS_BF16: stochastic rounding, core/adamw.cuh). ZERO1_NO_MASTER keeps no
+// master weights: AdamW updates the own range of the bf16 parameters in place with stochastic rounding (4 B/param
+// / world less; 4 B/param in all with bf16 moments).
 //
 // Gradient reduction (GradReducer): the backward registers buckets, each a list of (offset, count) pieces of the
 // flat buffer (per-layer gradients are not contiguous: tensors of one kind are stacked over layers); the model's
@@ -31,7 +33,9 @@
 // ncclBroadcast per rank of exactly its range (no padding needed).
 //
 // Checkpoints: zero1_write_shard writes "opt_rank%05d.bin" (header, master, m, v of the own range, fp32 whatever the
-// moments' type: bf16 moments widen exactly and narrow back exactly, so files resume in either mode) into the
+// moments' type: bf16 moments widen exactly and narrow back exactly, so files resume in either mode; without master
+// weights the bf16 weights widened, and on reading the master part is skipped: the weights come from the
+// checkpoint's model.safetensors, which holds the same values) into the
 // checkpoint's temp dir; zero1_read_shards reads the overlap of the own range with every saved shard, so resuming
 // on another world size re-shards (the shard files concatenate to the full state). Protocol for the trainer:
 //   rank 0: ckpt_begin -> dist_broadcast_bytes(temp dir) -> every rank zero1_write_shard (fsync'ed) ->
@@ -273,10 +277,12 @@ typedef struct {
     size_t total, stride;   // elements; stride = shard_stride(total, world)
     ShardRange shard;       // the own range
     int moments_bf16;       // AdamW m, v in bf16 (else fp32)
-    float *opt;             // one cudaMalloc: master fp32 [shard.count] | m | v (fp32 [3 * count] without padding;
-                            // bf16 moments each start on a 256-byte boundary)
-    float *master, *m, *v;  // fp32 moments; with moments_bf16 m, v are NULL and mb, vb point into opt
-    bf16 *mb, *vb;
+    int no_master;          // no fp32 master weights: `params` (the full bf16 buffer) is updated in place
+    float *opt;             // one cudaMalloc: master fp32 [shard.count] (absent with no_master) | m | v (fp32
+                            // [3 * count] without padding; bf16 moments each start on a 256-byte boundary)
+    float *master, *m, *v;  // master NULL with no_master; fp32 moments; with moments_bf16 m, v are NULL and mb, vb
+    bf16 *mb, *vb;          // point into opt
+    bf16 *params;           // the flat bf16 parameter buffer [total] (no_master: what the checkpoints read)
     size_t opt_bytes;
     int nseg;               // tensors of the full buffer: [seg_end[s-1], seg_end[s]) decays iff seg_wd[s]
     size_t seg_end[ADAMW_MAX_SEGMENTS];
@@ -284,11 +290,20 @@ typedef struct {
     float *norm_partial;    // [GLOBAL_NORM_BLOCKS]
 } Zero1;
 
+// Options of zero1_init (bits).
+#define ZERO1_MOMENTS_BF16 1  // AdamW m, v in bf16
+#define ZERO1_NO_MASTER 2     // no fp32 master weights (zero1_init's params required)
+
 // Segments: ascending ends of the tensors of the full buffer (the last = total) and their weight-decay flags.
+// opts: ZERO1_* bits; params: the flat bf16 parameter buffer [total] (required with ZERO1_NO_MASTER).
 static void zero1_init(Zero1 *z, Dist *d, size_t total, const size_t *seg_end, const int *seg_wd, int nseg,
-                       int moments_bf16 = 0) {
+                       int opts = 0, bf16 *params = NULL) {
     memset(z, 0, sizeof *z);
-    z->moments_bf16 = moments_bf16 != 0;
+    DIST_CHECK(d, (opts & ~(ZERO1_MOMENTS_BF16 | ZERO1_NO_MASTER)) == 0, "zero1_init: unknown options %#x", opts);
+    DIST_CHECK(d, !(opts & ZERO1_NO_MASTER) || params, "zero1_init: no master weights needs the parameter buffer");
+    z->moments_bf16 = (opts & ZERO1_MOMENTS_BF16) != 0;
+    z->no_master = (opts & ZERO1_NO_MASTER) != 0;
+    z->params = params;
     z->d = d;
     z->total = total;
     z->stride = shard_stride(total, d->world);
@@ -303,24 +318,24 @@ static void zero1_init(Zero1 *z, Dist *d, size_t total, const size_t *seg_end, c
     z->nseg = nseg;
     const size_t c = z->shard.count;
     const size_t mom_bytes = z->moments_bf16 ? (c * sizeof(bf16) + 255) & ~(size_t)255 : c * sizeof(float);
-    const size_t m_at = z->moments_bf16 ? (c * sizeof(float) + 255) & ~(size_t)255 : c * sizeof(float);
+    const size_t m_at = z->no_master ? 0 : z->moments_bf16 ? (c * sizeof(float) + 255) & ~(size_t)255 : c * sizeof(float);
     z->opt_bytes = m_at + 2 * mom_bytes;
     distCuda(d, cudaMalloc((void **)&z->opt, z->opt_bytes ? z->opt_bytes : 16));
     distCuda(d, cudaMemset(z->opt, 0, z->opt_bytes ? z->opt_bytes : 16));
-    z->master = z->opt;
     unsigned char *base = (unsigned char *)z->opt;
+    z->master = z->no_master ? NULL : z->opt;
     if (z->moments_bf16) {
         z->mb = (bf16 *)(base + m_at);
         z->vb = (bf16 *)(base + m_at + mom_bytes);
     } else {
-        z->m = z->opt + c;
-        z->v = z->opt + 2 * c;
+        z->m = (float *)(base + m_at);
+        z->v = (float *)(base + m_at + mom_bytes);
     }
     distCuda(d, cudaMalloc((void **)&z->norm_partial, GLOBAL_NORM_BLOCKS * sizeof(float)));
 }
 
 // From the model's parameter table: one segment per tensor, decay where ParamTensor.weight_decay (as model_adamw).
-static void zero1_init_layout(Zero1 *z, Dist *d, const ParamLayout *lay, int moments_bf16 = 0) {
+static void zero1_init_layout(Zero1 *z, Dist *d, const ParamLayout *lay, int opts = 0, bf16 *params = NULL) {
     size_t end[ADAMW_MAX_SEGMENTS];
     int wd[ADAMW_MAX_SEGMENTS], n = 0;
     size_t at = 0;
@@ -332,7 +347,7 @@ static void zero1_init_layout(Zero1 *z, Dist *d, const ParamLayout *lay, int mom
         end[n] = at;
         wd[n++] = t->weight_decay;
     }
-    zero1_init(z, d, lay->total, end, wd, n, moments_bf16);
+    zero1_init(z, d, lay->total, end, wd, n, opts, params);
 }
 
 static void zero1_free(Zero1 *z) {
@@ -353,44 +368,54 @@ static void zero1_zero_moments(Zero1 *z) {
     }
 }
 
-// The own range's state as fp32 host arrays h [3 * count] = master | m | v (bf16 moments widened exactly), and back
-// (bf16 moments narrowed to the nearest: exact for values that came from bf16). cudaError_t of the copies.
+// The own range's state as fp32 host arrays h [3 * count] = master | m | v (bf16 moments widened exactly; without
+// master weights, the bf16 weights of the range widened), and back (bf16 moments narrowed to the nearest: exact for
+// values that came from bf16; without master weights the master part is not read, see the file comment).
+// cudaError_t of the copies.
+static cudaError_t zero1_bf16_to_host(float *h, const bf16 *dev, size_t n) {
+    uint16_t *t = (uint16_t *)malloc(n * sizeof(uint16_t));
+    if (!t) return cudaErrorMemoryAllocation;
+    cudaError_t e = cudaMemcpy(t, dev, n * sizeof(uint16_t), cudaMemcpyDeviceToHost);
+    for (size_t i = 0; e == cudaSuccess && i < n; i++) h[i] = adamw_bf16_bits_to_float(t[i]);
+    free(t);
+    return e;
+}
+static cudaError_t zero1_bf16_from_host(bf16 *dev, const float *h, size_t n) {
+    bf16 *t = (bf16 *)malloc(n * sizeof(bf16));
+    if (!t) return cudaErrorMemoryAllocation;
+    for (size_t i = 0; i < n; i++) t[i] = __float2bfloat16_rn(h[i]);
+    cudaError_t e = cudaMemcpy(dev, t, n * sizeof(bf16), cudaMemcpyHostToDevice);
+    free(t);
+    return e;
+}
 static cudaError_t zero1_state_to_host(const Zero1 *z, float *h) {
     const size_t c = z->shard.count;
     if (!c) return cudaSuccess;
-    if (!z->moments_bf16) return cudaMemcpy(h, z->opt, 3 * c * sizeof(float), cudaMemcpyDeviceToHost);
-    cudaError_t e = cudaMemcpy(h, z->master, c * sizeof(float), cudaMemcpyDeviceToHost);
-    uint16_t *t = (uint16_t *)malloc(c * sizeof(uint16_t));
-    if (!t) return cudaErrorMemoryAllocation;
-    for (int part = 1; part <= 2 && e == cudaSuccess; part++) {
-        e = cudaMemcpy(t, part == 1 ? (const void *)z->mb : (const void *)z->vb, c * sizeof(uint16_t),
-                       cudaMemcpyDeviceToHost);
-        for (size_t i = 0; e == cudaSuccess && i < c; i++) h[part * c + i] = adamw_bf16_bits_to_float(t[i]);
-    }
-    free(t);
+    cudaError_t e = z->no_master ? zero1_bf16_to_host(h, z->params + z->shard.offset, c)
+                                 : cudaMemcpy(h, z->master, c * sizeof(float), cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && z->moments_bf16) e = zero1_bf16_to_host(h + c, z->mb, c);
+    if (e == cudaSuccess && z->moments_bf16) e = zero1_bf16_to_host(h + 2 * c, z->vb, c);
+    if (e == cudaSuccess && !z->moments_bf16) e = cudaMemcpy(h + c, z->m, 2 * c * sizeof(float), cudaMemcpyDeviceToHost);
     return e;
 }
 static cudaError_t zero1_state_from_host(Zero1 *z, const float *h) {
     const size_t c = z->shard.count;
     if (!c) return cudaSuccess;
-    if (!z->moments_bf16) return cudaMemcpy(z->opt, h, 3 * c * sizeof(float), cudaMemcpyHostToDevice);
-    cudaError_t e = cudaMemcpy(z->master, h, c * sizeof(float), cudaMemcpyHostToDevice);
-    bf16 *t = (bf16 *)malloc(c * sizeof(bf16));
-    if (!t) return cudaErrorMemoryAllocation;
-    for (int part = 1; part <= 2 && e == cudaSuccess; part++) {
-        for (size_t i = 0; i < c; i++) t[i] = __float2bfloat16_rn(h[part * c + i]);
-        e = cudaMemcpy(part == 1 ? (void *)z->mb : (void *)z->vb, t, c * sizeof(bf16), cudaMemcpyHostToDevice);
-    }
-    free(t);
+    cudaError_t e = z->no_master ? cudaSuccess : cudaMemcpy(z->master, h, c * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && z->moments_bf16) e = zero1_bf16_from_host(z->mb, h + c, c);
+    if (e == cudaSuccess && z->moments_bf16) e = zero1_bf16_from_host(z->vb, h + 2 * c, c);
+    if (e == cudaSuccess && !z->moments_bf16) e = cudaMemcpy(z->m, h + c, 2 * c * sizeof(float), cudaMemcpyHostToDevice);
     return e;
 }
 
-// Master weights of the own range from a full fp32 buffer [total] (host or device); m and v are zeroed.
+// Master weights of the own range from a full fp32 buffer [total] (host or device); m and v are zeroed. (Without
+// master weights only the moments: the bf16 weights are the caller's.)
 static void zero1_set_master(Zero1 *z, const float *full, int full_on_device) {
     const size_t c = z->shard.count;
     if (!c) return;
-    distCuda(z->d, cudaMemcpy(z->master, full + z->shard.offset, c * sizeof(float),
-                              full_on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice));
+    if (!z->no_master)
+        distCuda(z->d, cudaMemcpy(z->master, full + z->shard.offset, c * sizeof(float),
+                                  full_on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice));
     zero1_zero_moments(z);
 }
 
@@ -456,6 +481,7 @@ static void zero1_gather_params(Zero1 *z, bf16 *params, cudaStream_t s) {
 static void zero1_step(Zero1 *z, bf16 *params, const float *grads, const AdamWParams *hp, const float *norm_dev,
                        cudaStream_t s) {
     const size_t off = z->shard.offset, c = z->shard.count;
+    DIST_CHECK(z->d, !z->no_master || params == z->params, "zero1_step: not the parameter buffer given to zero1_init");
     if (c) {
         AdamWSegments seg;
         memset(&seg, 0, sizeof seg);
@@ -472,16 +498,17 @@ static void zero1_step(Zero1 *z, bf16 *params, const float *grads, const AdamWPa
         if (aligned && z->moments_bf16) {
             adamw_update_multi(params + off, z->master, z->mb, z->vb, grads + off, &seg, hp, norm_dev, s, off);
         } else if (aligned) {
-            adamw_update_multi(params + off, z->master, z->m, z->v, grads + off, &seg, hp, norm_dev, s);
+            adamw_update_multi(params + off, z->master, z->m, z->v, grads + off, &seg, hp, norm_dev, s, off);
         } else {  // a shard ending on an unaligned total: per-segment launches (same element math, same bits)
             size_t a = 0;
             for (int i = 0; i < seg.count; a = seg.end[i], i++) {
+                float *ma = z->master ? z->master + a : NULL;
                 if (z->moments_bf16)
-                    adamw_update(params + off + a, z->master + a, z->mb + a, z->vb + a, grads + off + a,
-                                 seg.end[i] - a, hp, seg.wd[i], norm_dev, s, off + a);
+                    adamw_update(params + off + a, ma, z->mb + a, z->vb + a, grads + off + a, seg.end[i] - a, hp,
+                                 seg.wd[i], norm_dev, s, off + a);
                 else
-                    adamw_update(params + off + a, z->master + a, z->m + a, z->v + a, grads + off + a, seg.end[i] - a,
-                                 hp, seg.wd[i], norm_dev, s);
+                    adamw_update(params + off + a, ma, z->m + a, z->v + a, grads + off + a, seg.end[i] - a, hp,
+                                 seg.wd[i], norm_dev, s, off + a);
             }
         }
     }
@@ -490,8 +517,13 @@ static void zero1_step(Zero1 *z, bf16 *params, const float *grads, const AdamWPa
 
 // Full fp32 master weights into full_dev [total] on every rank (e.g. into the gradient buffer, which is free after
 // the step), for a checkpoint's model.safetensors.
+// Without master weights: the bf16 weights (whole on every rank after zero1_step) widened, no communication.
 static void zero1_gather_master(Zero1 *z, float *full_dev, cudaStream_t s) {
     Dist *d = z->d;
+    if (z->no_master) {
+        bf16_to_f32(full_dev, z->params, z->total, s);
+        return;
+    }
     if (d->world == 1) {
         if (z->shard.count)
             distCuda(d, cudaMemcpyAsync(full_dev, z->master, z->shard.count * 4, cudaMemcpyDeviceToDevice, s));

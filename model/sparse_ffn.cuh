@@ -64,7 +64,7 @@ static __global__ void sp_transpose_kernel(const bf16 *__restrict__ in, bf16 *__
 // Re-draw rows rows[0..n) of the [*, D] weight matrix at flat offset `off` of the parameters: w = stdv *
 // normal(hash(seed, row, d)) into the bf16 weights (every rank: the same values) and, for the elements of the
 // optimizer range [so, so + cnt) that this process holds (ZeRO-1 shard; unsharded: 0, total), into the fp32 master
-// weights with the AdamW moments zeroed. One block per row.
+// weights (when there are any) with the AdamW moments zeroed. One block per row.
 template <typename MT>  // the AdamW moments' type: float or bf16
 static __global__ void sp_redraw_rows_kernel(bf16 *__restrict__ params, size_t off, float *__restrict__ master,
                                              MT *__restrict__ m1, MT *__restrict__ m2, size_t so, size_t cnt,
@@ -77,7 +77,7 @@ static __global__ void sp_redraw_rows_kernel(bf16 *__restrict__ params, size_t o
         const float v = (float)(stdv * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
         params[flat] = __float2bfloat16_rn(v);
         if (flat >= so && flat - so < cnt) {
-            master[flat - so] = v;
+            if (master) master[flat - so] = v;
             m1[flat - so] = (MT)0.0f;
             m2[flat - so] = (MT)0.0f;
         }

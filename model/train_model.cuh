@@ -624,7 +624,7 @@ static inline int model_ffn_dispatch(Model *m, SparseSwitch *ev) {
 // Dead-unit re-initialisation (the paper's mitigation): the gate rows (Wg; Wu when non-gated) of the units that did
 // not fire since the last model_reset_sparsity are re-drawn ~ N(0, 0.02) in the bf16 and master weights, and their
 // AdamW moments zeroed. The optimizer state is the model's own (with_optimizer) or, under ZeRO-1, the shard the caller
-// passes: master/m/v of the flat range [so, so + cnt). With several ranks, m->fired must already hold the units fired
+// passes: master/m/v of the flat range [so, so + cnt) (master NULL: no master weights). With several ranks, m->fired must already hold the units fired
 // on any rank (model_read_sparsity reduces it), so every rank re-draws the same rows. dead_per_layer [L] (may be
 // NULL) gets the counts; returns the total. One sync (log steps). MT: the moments' type (float, or bf16 for a
 // ZeRO-1 shard with bf16 moments; the model's own state is fp32).
@@ -632,9 +632,9 @@ template <typename MT>
 static inline long model_reinit_dead(Model *m, uint64_t seed, int *dead_per_layer, float *master, MT *m1, MT *m2,
                                      size_t so, size_t cnt) {
     if constexpr (sizeof(MT) == sizeof(float)) {
-        if (!master && m->opt) { master = m->master; m1 = m->m; m2 = m->v; so = 0; cnt = m->lay.total; }
+        if (!m1 && m->opt) { master = m->master; m1 = m->m; m2 = m->v; so = 0; cnt = m->lay.total; }
     }
-    if (!master) SLLM_FATAL("model_reinit_dead: no optimizer state (the model's own or a ZeRO-1 shard)");
+    if (!m1) SLLM_FATAL("model_reinit_dead: no optimizer state (the model's own or a ZeRO-1 shard)");
     const int L = m->cfg.n_layer, F = m->cfg.d_ff, D = m->cfg.d_model;
     uint8_t *fired = (uint8_t *)sllm_malloc((size_t)L * F);
     int *rows = (int *)sllm_malloc((size_t)F * sizeof(int)), *rows_dev = NULL;

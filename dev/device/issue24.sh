@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 24's training measurement in one call (one GPU): ours (fp32 moments; --moments bf16; --moments bf16
-# --recompute 1) beside Hugging Face LlamaForCausalLM eager and under torch.compile, 0.5B and 1.5B, B 4 x 2048:
-# tokens/ms, MFU, memory; our step profile at 0.5B.
-#   bash dev/device/issue24.sh        (carry deps-debs)   ~8 minutes (torch.compile's warm-up is most of it)
+# Issue 24's training measurement in one call (one GPU): ours (fp32 master and moments; --moments bf16; --moments
+# bf16 --master none, the precision of the PyTorch baseline's state) beside Hugging Face LlamaForCausalLM eager and
+# under torch.compile, B 4 x 2048: tokens/ms, MFU, memory; our step profile at 0.5B.
+#   bash dev/device/issue24.sh [presets, default "0.5B 1.5B"]   (carry deps-debs)   ~4 minutes a preset
 # Log: $OUT/issue24.log.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/issue24.log") 2>&1
@@ -12,11 +12,12 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 make -j"$(nproc)" build/train_gpt_relu > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 el; echo built
-for p in 0.5B 1.5B; do
-  for cfg in "--moments fp32" "--moments bf16" "--moments bf16 --recompute 1"; do
+for p in ${@:-0.5B 1.5B}; do
+  for cfg in "--moments fp32" "--moments bf16" "--moments bf16 --master none"; do
     timeout 150 ./build/train_gpt_relu --preset $p --batch 4 --seq 2048 --bench 12 $cfg > /tmp/i24.txt 2>&1
     echo "$(el) ours $p $cfg rc=$?: $(grep -E "^bench:.*tokens/ms" /tmp/i24.txt | tail -1)"
-    [ "$p" = 0.5B ] && [ "$cfg" = "--moments fp32" ] && sed -n '/^profile:/,$p' /tmp/i24.txt | head -34
+    grep -E "device memory|optimizer shard" /tmp/i24.txt | head -3
+    [ "$p" = 0.5B ] && [ "$cfg" != "--moments bf16" ] && sed -n '/^profile:/,$p' /tmp/i24.txt | head -34
   done
   timeout 200 python3 dev/bench_hf_llama.py --preset $p --batch 4 --seq 2048 --steps 8 2>&1 | tail -1
   el

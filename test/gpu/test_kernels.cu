@@ -719,6 +719,122 @@ static void test_adamw_bf16_moments(void **state) {
     cudaFree(dg);
 }
 
+// ---- AdamW without master weights (the bf16 weights updated with stochastic rounding) --------------------------
+// 1. One step with fp32 and with bf16 moments against a host reference of the kernel's formula: each new weight is
+//    one of the two bf16 neighbours of the reference's fp32 value and (bar an FMA flip) the one the hash (which = 2)
+//    picks; per-tensor and multi-tensor kernels give the same bits, with a non-zero global index base.
+// 2. No stall: from 1.0 with a constant gradient, lr 1e-3 (a quarter of a bf16 step below 1.0) for 100 steps the
+//    weights must reach 0.9 on average (round-to-nearest would keep every one at 1.0).
+static void test_adamw_no_master(void **state) {
+    SKIP_IF_NO_GPU();
+    const size_t n = 8192, half = 4000;
+    const uint64_t base = 98765;
+    AdamWParams hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, 5};
+    uint16_t *p0 = (uint16_t *)sllm_malloc(n * 2);
+    float *g = (float *)sllm_malloc(n * 4), *m0 = (float *)sllm_malloc(n * 4), *v0 = (float *)sllm_malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        bf16 pb = __float2bfloat16_rn((float)(0.3 * rng_normal(&g_rng)));
+        memcpy(&p0[i], &pb, 2);
+        g[i] = (float)(0.05 * rng_normal(&g_rng));
+        m0[i] = __bfloat162float(__float2bfloat16_rn((float)(0.01 * rng_normal(&g_rng))));
+        v0[i] = __bfloat162float(__float2bfloat16_rn((float)(1e-4 * (0.1 + rng_uniform(&g_rng)))));
+    }
+    const float bc1 = 1.0f - powf(hp.beta1, (float)hp.step), bc2 = 1.0f - powf(hp.beta2, (float)hp.step);
+    float *want = (float *)sllm_malloc(n * 4);
+    uint16_t *wantb = (uint16_t *)sllm_malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        const float wd = i < half ? hp.weight_decay : 0.0f, p = adamw_bf16_bits_to_float(p0[i]);
+        const float mi = hp.beta1 * m0[i] + (1.0f - hp.beta1) * g[i];
+        const float vi = hp.beta2 * v0[i] + (1.0f - hp.beta2) * g[i] * g[i];
+        want[i] = p - hp.lr * ((mi / bc1) / (sqrtf(vi / bc2) + hp.eps) + wd * p);
+        wantb[i] = adamw_sr_bf16_bits(want[i], adamw_sr_hash((uint32_t)hp.step, base + i, 2));
+    }
+    float *dg = dev_f32(g, n);
+    for (int bf16m = 0; bf16m < 2; bf16m++) {
+        uint16_t *out[2];
+        for (int multi = 0; multi < 2; multi++) {
+            bf16 *dp;
+            cudaCheck(cudaMalloc((void **)&dp, n * 2));
+            cudaCheck(cudaMemcpy(dp, p0, n * 2, cudaMemcpyHostToDevice));
+            float *dm = dev_f32(m0, n), *dv = dev_f32(v0, n);
+            bf16 *dmb, *dvb;
+            cudaCheck(cudaMalloc((void **)&dmb, n * 2));
+            cudaCheck(cudaMalloc((void **)&dvb, n * 2));
+            f32_to_bf16(dmb, dm, n, 0);
+            f32_to_bf16(dvb, dv, n, 0);
+            AdamWSegments seg;
+            memset(&seg, 0, sizeof seg);
+            seg.count = 2; seg.end[0] = half; seg.wd[0] = hp.weight_decay; seg.end[1] = n; seg.wd[1] = 0.0f;
+            if (multi && bf16m) adamw_update_multi(dp, (float *)NULL, dmb, dvb, dg, &seg, &hp, NULL, 0, base);
+            else if (multi) adamw_update_multi(dp, (float *)NULL, dm, dv, dg, &seg, &hp, NULL, 0, base);
+            else if (bf16m) {
+                adamw_update(dp, (float *)NULL, dmb, dvb, dg, half, &hp, hp.weight_decay, NULL, 0, base);
+                adamw_update(dp + half, (float *)NULL, dmb + half, dvb + half, dg + half, n - half, &hp, 0.0f, NULL, 0,
+                             base + half);
+            } else {
+                adamw_update(dp, (float *)NULL, dm, dv, dg, half, &hp, hp.weight_decay, NULL, 0, base);
+                adamw_update(dp + half, (float *)NULL, dm + half, dv + half, dg + half, n - half, &hp, 0.0f, NULL, 0,
+                             base + half);
+            }
+            out[multi] = (uint16_t *)sllm_malloc(n * 2);
+            cudaCheck(cudaMemcpy(out[multi], dp, n * 2, cudaMemcpyDeviceToHost));
+            cudaFree(dp); cudaFree(dm); cudaFree(dv); cudaFree(dmb); cudaFree(dvb);
+        }
+        size_t far = 0, flips = 0, ups = 0, moved = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &want[i], 4);
+            const uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+            const double ulp = fabs((double)adamw_bf16_bits_to_float(hi) - adamw_bf16_bits_to_float(lo));
+            if (fabs((double)adamw_bf16_bits_to_float(out[0][i]) - want[i]) > ulp * 1.001) far++;
+            flips += out[0][i] != wantb[i];
+            ups += out[0][i] == hi;
+            moved += out[0][i] != p0[i];
+        }
+        printf("  no master weights, %s moments, one step: %zu weights further than a bf16 step, %zu differ from the "
+               "host's rounding, %zu of %zu rounded up, %zu moved\n", bf16m ? "bf16" : "fp32", far, flips, ups, n, moved);
+        assert_int_equal(far, 0);
+        assert_true(flips <= n / 1000);
+        assert_true(ups > n / 10 && ups < n * 9 / 10);
+        assert_true(moved > n / 2);
+        assert_memory_equal(out[0], out[1], n * 2);
+        free(out[0]); free(out[1]);
+    }
+    // 2. no stall below half a bf16 step
+    {
+        const int steps = 100;
+        AdamWParams hq = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f, 0};
+        uint16_t *ones = (uint16_t *)sllm_malloc(n * 2);
+        for (size_t i = 0; i < n; i++) { ones[i] = 0x3f80; g[i] = 1.0f; }  // 1.0
+        bf16 *dp, *dm, *dv;
+        cudaCheck(cudaMalloc((void **)&dp, n * 2));
+        cudaCheck(cudaMalloc((void **)&dm, n * 2));
+        cudaCheck(cudaMalloc((void **)&dv, n * 2));
+        cudaCheck(cudaMemcpy(dp, ones, n * 2, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemset(dm, 0, n * 2));
+        cudaCheck(cudaMemset(dv, 0, n * 2));
+        float *dg1 = dev_f32(g, n);
+        AdamWSegments seg;
+        memset(&seg, 0, sizeof seg);
+        seg.count = 1; seg.end[0] = n; seg.wd[0] = 0.0f;
+        for (int t = 1; t <= steps; t++) {
+            hq.step = t;
+            adamw_update_multi(dp, (float *)NULL, dm, dv, dg1, &seg, &hq, NULL, 0, 0);
+        }
+        cudaCheck(cudaMemcpy(ones, dp, n * 2, cudaMemcpyDeviceToHost));
+        double mean = 0;
+        for (size_t i = 0; i < n; i++) mean += adamw_bf16_bits_to_float(ones[i]);
+        mean /= n;
+        printf("  no master weights, lr 1e-3 from 1.0 with g = 1, %d steps: mean %.5f (fp32: 0.90000; round-to-nearest: "
+               "1.0)\n", steps, mean);
+        assert_true(fabs(mean - 0.9) < 0.003);
+        free(ones);
+        cudaFree(dp); cudaFree(dm); cudaFree(dv); cudaFree(dg1);
+    }
+    free(p0); free(g); free(m0); free(v0); free(want); free(wantb);
+    cudaFree(dg);
+}
+
 // ---- strided-batched GEMM (gate+up fused GEMM) vs CPU -----------------------------------------------------
 static void test_matmul_batched(void **state) {
     SKIP_IF_NO_GPU();
@@ -1111,6 +1227,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_classifier), cmocka_unit_test(test_ffn),   cmocka_unit_test(test_adamw_and_norm),
         cmocka_unit_test(test_adamw_closed_form), cmocka_unit_test(test_adamw_bf16_moments),
+        cmocka_unit_test(test_adamw_no_master),
         cmocka_unit_test(test_matmul_batched),  cmocka_unit_test(test_matmul_relu_mask),
         cmocka_unit_test(test_gemv),
         cmocka_unit_test(test_argmax_rows),

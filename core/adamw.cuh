@@ -42,18 +42,18 @@ __device__ __forceinline__ float adamw_elem(float g, float &mi, float &vi, float
     const float upd = __fmaf_rn(wd, p, __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)));
     return __fmaf_rn(-lr, upd, p);
 }
-// The stochastic rounding of a bf16 value: 32 random bits from (step, global element index, which = 0 for m, 1 for v,
-// 2 for a master-less weight) (splitmix64's finalizer; the weights' stream is set apart by a constant), and x rounded
-// to bf16 with them. Host and device (the tests' reference uses the same).
+// The stochastic rounding of a bf16 value: 16 random bits (the low half of the result; the rounding uses no more)
+// from (step, global element index, which = 0 for m, 1 for v, 2 for a master-less weight): one splitmix64 finalizer
+// of (index, step) gives 64 bits, and `which` picks 16 of them, so the kernels hash each element once (the three
+// calls share everything but the shift). Host and device (the tests' reference uses the same).
 __host__ __device__ inline uint32_t adamw_sr_hash(uint32_t step, uint64_t index, uint32_t which) {
-    uint64_t x = (index * 2u + (which & 1u)) ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull) ^
-                 ((uint64_t)(which >> 1) * 0xD6E8FEB86659FD93ull);
+    uint64_t x = index ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull);
     x ^= x >> 30;
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 27;
     x *= 0x94D049BB133111EBull;
     x ^= x >> 31;
-    return (uint32_t)x;
+    return (uint32_t)(x >> (16u * which)) & 0xffffu;
 }
 // bf16 bits of x rounded up in magnitude with probability (the 16 dropped bits) / 2^16; NaN stays NaN, inf inf.
 __host__ __device__ inline uint16_t adamw_sr_bf16_bits(float x, uint32_t r) {

@@ -22,8 +22,6 @@
 
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "cuda_common.cuh"
 #include "hopper.cuh"
 #include "tc_utils.cuh"  // tc_exp2, tc_pack_bf16x2
@@ -31,9 +29,6 @@
 #define AWG_HD 64
 #define AWG_BM 128                            // query rows per CTA (2 consumer warpgroups x 64)
 #define AWG_BN 128                            // keys per block
-#ifndef AWG_FWD_OVERLAP  // (-D: dev A/B: the forward's softmax overlapped with P V)
-#define AWG_FWD_OVERLAP 0
-#endif
 #ifndef AWG_STAGES  // (-D: dev A/B of the ring depth)
 #define AWG_STAGES 2
 #endif
@@ -120,13 +115,6 @@ template <int N>
 __device__ __forceinline__ void awg_fence_acc(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-// Keeps the A fragments of an in-flight wgmma alive (in place) up to this point.
-template <int N>
-__device__ __forceinline__ void awg_fence_regs(uint32_t (&a)[N][4]) {
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3])::"memory");
 }
 
 // Ping-pong in the dK/dV kernel: its two consumer warpgroups take turns issuing their wgmma groups (named barriers
@@ -237,74 +225,6 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 #pragma unroll
     for (int i = 0; i < 32; i++) o[i] = 0.0f;
     hp_mbar_wait(q_full, 0, AWG_TIMEOUT_NS);
-#if AWG_FWD_OVERLAP
-    // Softmax of block j + 1 runs while P_j V_j is in the tensor cores: per block, S_{j+1} is issued, then P_j V_j;
-    // wait for S_{j+1} only (groups complete in order), its softmax, then wait for P_j V_j and rescale O.
-    float sc[64], alpha[2];
-    hp_mbar_wait(bars + 8 * 1, 0, AWG_TIMEOUT_NS);
-    hp_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < AWG_HD / 16; kk++)
-        awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK0 + 32 * kk), kk > 0 ? 1 : 0);
-    hp_wgmma_commit();
-    hp_wgmma_wait<0>();
-    awg_fence_acc(sc);
-    awg_fwd_softmax(sc, m, l, alpha, nkb == 1, 0, r0, r1, qd, scale_log2);
-    // (the last block peeled off: with the next S issued conditionally, ptxas would serialize the products)
-    auto block = [&](const int j, auto more_c) {
-        constexpr bool more = decltype(more_c)::value;
-        const int s = j % AWG_STAGES;
-        const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
-        const uint32_t sK = sK0 + s * AWG_TILE_BYTES, sV = sV0 + s * AWG_TILE_BYTES;
-        if (kc && j == nkb - 1 && c == 0 && h % (H / KVH) == 0) {  // the diagonal keys and values into the cache
-            hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
-            const size_t kvs = (size_t)KVH * AWG_HD;
-            // (row, 16-byte chunk) pairs; the 128-byte swizzle stores chunk ch of row r at ch ^ (r % 8)
-            for (int i = t; i < AWG_BN * 8; i += 128) {
-                const int r = i >> 3, ch = i & 7, row = q0 + r;
-                if (row >= T) continue;
-                const uint32_t off = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
-                const size_t o = ((size_t)b * S + row) * kvs + (size_t)kvh * AWG_HD + 8 * ch;
-                *reinterpret_cast<uint4 *>(kc + o) = awg_lds16(sK + off);
-                *reinterpret_cast<uint4 *>(vc + o) = awg_lds16(sV + off);
-            }
-        }
-        awg_fwd_rescale(o, alpha);
-        uint32_t pa[AWG_BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < AWG_BN / 16; kk++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) pa[kk][i] = tc_pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
-        const int s1 = (j + 1) % AWG_STAGES;
-        if constexpr (more) hp_mbar_wait(bars + 8 * (1 + s1), (uint32_t)((j + 1) / AWG_STAGES) & 1u, AWG_TIMEOUT_NS);
-        hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
-        awg_fence_acc(o);
-        awg_fence_acc(sc);
-        hp_wgmma_fence();
-        if constexpr (more) {  // S of the next block (its stage was released at the end of block j + 1 - AWG_STAGES)
-            const uint32_t sK1 = sK0 + s1 * AWG_TILE_BYTES;
-#pragma unroll
-            for (int kk = 0; kk < AWG_HD / 16; kk++)
-                awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK1 + 32 * kk), kk > 0 ? 1 : 0);
-            hp_wgmma_commit();
-        }
-#pragma unroll
-        for (int kk = 0; kk < AWG_BN / 16; kk++)
-            awg_wgmma_m64n64k16_rs(o, pa[kk], hp_desc_sw128(sV + 16 * 128 * kk, 1024));
-        hp_wgmma_commit();
-        if constexpr (more) {
-            hp_wgmma_wait<1>();
-            awg_fence_acc(sc);
-            awg_fwd_softmax(sc, m, l, alpha, j + 1 == nkb - 1, (j + 1) * AWG_BN, r0, r1, qd, scale_log2);
-        }
-        hp_wgmma_wait<0>();
-        awg_fence_acc(o);
-        awg_fence_regs(pa);
-        hp_mbar_arrive(bars + 8 * (1 + 2 * AWG_STAGES + s));  // this thread is done with the stage
-    };
-    for (int j = 0; j + 1 < nkb; j++) block(j, std::true_type());
-    block(nkb - 1, std::false_type());
-#else
     float sc[64];
     for (int j = 0; j < nkb; j++) {
         const int s = j % AWG_STAGES;
@@ -367,7 +287,6 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         awg_fence_acc(sc);
         hp_mbar_arrive(bars + 8 * (1 + 2 * AWG_STAGES + s));  // this thread is done with the stage
     }
-#endif
     // epilogue: normalize, the rows < T and their lse
 #pragma unroll
     for (int i = 0; i < 2; i++) {

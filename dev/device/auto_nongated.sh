@@ -6,14 +6,9 @@
 #   bash dev/device/auto_nongated.sh      (carry deps-debs and data)
 # Logs: $OUT/auto_nongated.log, $OUT/train.log. NG_SECONDS (default 90) bounds the training.
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/auto_nongated.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
+source dev/device/preamble.sh auto_nongated.log
 # a carried binary was linked on the dev box without .deps' rpath: it finds cJSON through this
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-nvidia-smi --query-gpu=name --format=csv,noheader
 make -j"$(nproc)" build/train_gpt_relu build/infer > /tmp/ng_build.log 2>&1 || { tail -30 /tmp/ng_build.log; exit 1; }
 el; echo built
 W=/tmp/nongated; rm -rf $W

@@ -7,12 +7,7 @@
 #    ($OUT/decode_kernels.md), so the step's time splits into weight streaming, small kernels and gaps.
 # TESTS= (default gpu_test_kernels gpu_test_infer gpu_test_twell) run first; SAMPLES= sequence counts (default 1),
 # PRESETS= (default 0.5B 2B), GEMV_M= bench_gemv row counts (default 1; 0: skip).
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/decode_prof.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+source dev/device/preamble.sh decode_prof.log
 # carried binaries were linked on the dev box without .deps' rpath: they find cJSON / cmocka through this
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 TESTS=${TESTS-gpu_test_kernels gpu_test_infer gpu_test_twell}

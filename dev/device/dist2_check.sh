@@ -8,13 +8,8 @@
 #    stopped at 10 then resumed on 1 rank (the shards re-cut) against the 1-rank run;
 # 3. build/infer --bench, 8 x 2048 prefill, SYNTHETIC 29 non-zeros per token, dense and sparse, 0.5B and 2B.
 # Log: $OUT/dist2_check.log.
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/dist2_check.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
+source dev/device/preamble.sh dist2_check.log
 export NCCL_NVLS_ENABLE=0
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 source dev/device/nccl_env.sh
 make -j"$(nproc)" "${extra[@]}" build/train_gpt_relu build/gpu_test_dist build/infer > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }

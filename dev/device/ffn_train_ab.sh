@@ -4,14 +4,9 @@
 # and sparse in its own process. Usage (repo root on the GPU machine):
 #   TESTS="gpu_test_twell_train gpu_test_train_sparse" BENCH_ARGS="--M 16384 --nnz 29" bash dev/device/ffn_train_ab.sh
 # Logs: $OUT/ab.log (summary), $OUT/<test>.txt, $OUT/bench_<name>.txt.
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/ab.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
+source dev/device/preamble.sh ab.log
 # carried baselines were linked on the dev box without .deps' rpath: they find cJSON / cmocka through this
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 TESTS=${TESTS:-gpu_test_twell_train}
 targets="build/bench_ffn_train"; for t in $TESTS; do targets="$targets build/$t"; done
 make -j"$(nproc)" $targets > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }

@@ -8,14 +8,9 @@
 #   and 2B presets at SYNTHETIC 29 non-zeros per token.
 #   bash dev/device/gate_ab.sh          (carry deps-debs and the *_base binaries)
 # Logs: $OUT/gate_ab.log (summary), $OUT/<name>.txt.
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/gate_ab.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
+source dev/device/preamble.sh gate_ab.log
 # carried binaries were linked on the dev box without .deps' rpath: they find cJSON / cmocka through this
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 TESTS=${TESTS:-gpu_test_twell gpu_test_hang_guard gpu_test_twell_train gpu_test_train_sparse gpu_test_infer}
 targets="build/bench_ffn build/bench_ffn_train build/infer"; for t in $TESTS; do targets="$targets build/$t"; done
 make -j"$(nproc)" $targets > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }

@@ -4,12 +4,7 @@
 # under torch.compile, B 4 x 2048: tokens/ms, MFU, memory; our step profile at 0.5B.
 #   bash dev/device/issue24.sh [presets, default "0.5B 1.5B"]   (carry deps-debs)   ~4 minutes a preset
 # Log: $OUT/issue24.log.
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/issue24.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+source dev/device/preamble.sh issue24.log
 make -j"$(nproc)" build/train_gpt_relu > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 el; echo built
 for p in ${@:-0.5B 1.5B}; do

@@ -10,12 +10,7 @@
 # 3. resume with --master none --moments bf16 (stop at 10, resume to 20) against the straight run: the same losses;
 #    and a checkpoint written with fp32 master weights resumed with --master none (it must load and go on).
 # Log: $OUT/master_check.log.
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/master_check.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+source dev/device/preamble.sh master_check.log
 make -j"$(nproc)" build/train_gpt_relu build/gpu_test_kernels build/gpu_test_dist build/gpu_test_train \
   build/gpu_test_attention > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 el; echo built

@@ -8,12 +8,7 @@
 #    20) against the straight run: the same losses.
 # 4. (for issue 25) infer's prefill of 8 x 2048 at 2B, SYNTHETIC 29, dense and sparse, with the wgmma attention.
 # Log: $OUT/moments_check.log.
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/moments_check.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+source dev/device/preamble.sh moments_check.log
 make -j"$(nproc)" build/train_gpt_relu build/gpu_test_kernels build/gpu_test_dist build/gpu_test_train build/infer \
   > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 el; echo built

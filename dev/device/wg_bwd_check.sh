@@ -8,12 +8,7 @@
 #    default, and SLLM_ATTN_BWD=wg;
 # 4. 200 steps on the starter data (preset small, same seed): the loss curve of the previous kernels and of wg.
 # Logs: $OUT/wg_bwd_check.log, $OUT/attn.log.
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/wg_bwd_check.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+source dev/device/preamble.sh wg_bwd_check.log
 make -j"$(nproc)" build/train_gpt_relu build/gpu_test_attention build/bench_attention build/gpu_test_train \
   > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 el; echo built

@@ -6,12 +6,7 @@
 # 2. the same binaries with SLLM_ATTN_FWD=wg against the default (v2): infer's prefill of 8 x 2048 tokens (0.5B and
 #    2B, SYNTHETIC 29: the sparse / dense ratio of issue 25) and the dense training step (0.5B, B 4 x 2048).
 # Logs: $OUT/wg_check.log, $OUT/attn.log.
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/wg_check.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+source dev/device/preamble.sh wg_check.log
 make -j"$(nproc)" build/infer build/train_gpt_relu build/gpu_test_attention build/bench_attention > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 el; echo built

@@ -4,13 +4,8 @@
 # tested against float64 and timed, then PyTorch's SDPA (cuDNN, flash) and the 0.5B training step.
 #   STAGES="3 4" REPS=2 bash dev/device/wg_tune.sh        (carry deps-debs)
 # Log: $OUT/wg_tune.log.
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/wg_tune.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
+source dev/device/preamble.sh wg_tune.log
 STAGES=${STAGES:-3 4}; REPS=${REPS:-2}
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 make -j"$(nproc)" build/libsllm.a build/gpu_test_attention build/bench_attention build/train_gpt_relu > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 D=.deps/usr/lib/x86_64-linux-gnu

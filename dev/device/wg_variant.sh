@@ -4,12 +4,7 @@
 # builds bench_attention and gpu_test_attention with those flags beside the default build, runs every test binary
 # (float64 reference, determinism, wgmma launched), then the benches interleaved twice (default, variants,
 # default, variants), then PyTorch's SDPA. Log: $OUT/wg_variant.log.
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/wg_variant.log") 2>&1
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s]"; }
-[ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+source dev/device/preamble.sh wg_variant.log
 make -j"$(nproc)" build/libsllm.a build/gpu_test_attention build/bench_attention > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 D=.deps/usr/lib/x86_64-linux-gnu

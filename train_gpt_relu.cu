@@ -55,7 +55,7 @@ typedef struct {
     int batch, seq, total_batch, steps, warmup, eval_every, eval_batches, sample_every, sample_tokens, ckpt_every,
         resume, recompute, vocab, log_stats_every, bench, stop_at, d_model, n_layer, n_head, n_kv_head, head_dim,
         d_ff, nongated, max_seq, time_limit, deterministic, profile, no_reduce, keep_last, allow_config_change,
-        dist_max_ctas, matmul_tune;
+        dist_max_ctas;
     float lr, final_lr_frac, wd, grad_clip, l1, beta1, beta2, eps, temperature, rope_theta, dist_timeout;
     const char *dist_init, *grad_reduce, *moments, *master;
     unsigned long long seed;
@@ -389,7 +389,6 @@ static int run_main(int argc, char **argv) {
         {"moments", 0, CLI_STRING, &o.moments, "AdamW moments: fp32, or bf16 (stochastic rounding; 4 B/param less; checkpoints stay fp32 and resume in either)", 0, 0, 0},
         {"master", 0, CLI_STRING, &o.master, "master weights: fp32, or none (AdamW updates the bf16 weights with stochastic rounding; 4 B/param less; checkpoints resume in either)", 0, 0, 0},
         {"log-stats-every", 0, CLI_INT, &o.log_stats_every, "per-layer sparsity statistics every N steps (0: off)", 0, 2e9, 0},
-        {"matmul-tune", 0, CLI_INT, &o.matmul_tune, "autotune each GEMM shape at its first call: time up to 8 cuBLASLt algorithms (this many runs each) and keep the fastest (0: the heuristic's pick; not with --deterministic: a resumed run may pick others)", 0, 32, 0},
         {"deterministic", 0, CLI_FLAG, &o.deterministic, "bit-reproducible runs even if SLLM_ATTN_BWD=atomic is set (the default attention backward is already deterministic)", 0, 0, 0},
         {"time-limit", 0, CLI_INT, &o.time_limit, "stop after this many seconds of training (eval, sample, checkpoint, exit)", 1, 1e9, 0},
         {"bench", 0, CLI_INT, &o.bench, "benchmark: N steps (random tokens if no --train), median step time and a per-phase GPU time table (CUDA events)", 1, 1e6, 0},
@@ -451,8 +450,6 @@ static int run_main(int argc, char **argv) {
     // so resume is bit-exact. Only SLLM_ATTN_BWD=atomic (dq added with atomics, a little faster) is not;
     // --deterministic overrides it.
     if (o.deterministic) setenv("SLLM_ATTN_BWD", "det", 1);
-    if (o.deterministic && o.matmul_tune > 0)
-        SLLM_FATAL("--matmul-tune picks GEMM algorithms by timing (they may round differently): not with --deterministic");
 
     // ---- config
     ModelConfig cfg;
@@ -624,7 +621,6 @@ static int run_main(int argc, char **argv) {
     ParamLayout lay0;
     config_param_layout(&cfg, &lay0);
     model_create_ex(&model, &cfg, B, T, o.recompute, 0, 1, zero1_padded_total(lay0.total, d.world), &ffo);
-    model.mm.tune_reps = o.matmul_tune;
     if (ffn_mode == FFN_PATH_AUTO)
         logger_printf(&lg, "ffn path: auto: every layer starts dense; dense -> sparse below %.1f non-zeros/token, sparse "
                            "-> dense above %.1f or over %.0f%% dense rows; at least %d steps on a path\n",
@@ -797,11 +793,6 @@ static int run_main(int argc, char **argv) {
         }
         if (last) break;
 
-        if (o.matmul_tune > 0 && step == start_step + 1)  // the first step met every training shape
-            logger_printf(&lg, "matmul autotune: %d GEMM shapes timed (%d candidates each at most, %d runs), %d on another "
-                               "algorithm than the heuristic's first (%.3f ms less over one call of each)\n",
-                          model.mm.tuned, MATMUL_TUNE_CANDIDATES, o.matmul_tune, model.mm.tune_won,
-                          model.mm.tune_saved_ms);
         if (bench_em && step - start_step == 2 && energy_read(bench_em, &bench_j0) != 0) {  // the last step synchronised
             logger_printf(&lg, "bench: energy not measured (%s)\n", energy_last_error(bench_em));
             energy_close(bench_em);

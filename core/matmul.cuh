@@ -9,13 +9,6 @@
 //
 // The context owns the cuBLASLt handle, a 32 MiB workspace and a small cache of the heuristic's
 // algorithm per shape, so repeated calls do not re-query the heuristic. No globals.
-//
-// Autotuning (MatmulContext.tune_reps > 0, the trainer's --matmul-tune): the first call of each shape times up to
-// MATMUL_TUNE_CANDIDATES of the heuristic's algorithms (one warm-up, then the median of tune_reps runs each) and
-// caches the fastest. Candidates run into the call's own output when beta is 0 (the real call overwrites it after),
-// else into a scratch buffer (so nothing accumulates twice); a scratch that cannot be allocated, or a stream being
-// captured into a graph, leaves that shape on the heuristic's pick. The pick depends on timings, and algorithms may
-// round differently: a tuned run is reproducible only within one process (not across a resume).
 #ifndef SLLM_MATMUL_CUH
 #define SLLM_MATMUL_CUH
 
@@ -37,11 +30,7 @@ typedef struct {
     size_t workspace_size;
     MatmulCacheEntry cache[MATMUL_CACHE_SIZE];
     int cache_next;
-    int tune_reps;       // > 0: autotune each new shape (see the top of the file); 0: the heuristic's pick
-    int tuned, tune_won;  // shapes tuned, and those where another algorithm beat the heuristic's first
-    double tune_saved_ms;  // sum over tuned shapes of (heuristic's first - fastest), one call each
 } MatmulContext;
-#define MATMUL_TUNE_CANDIDATES 8
 
 static inline void matmul_context_init(MatmulContext *ctx) {
     memset(ctx, 0, sizeof(*ctx));
@@ -146,71 +135,6 @@ static inline cublasStatus_t matmul_heuristic(MatmulContext *ctx, const MatmulDe
     return st;
 }
 
-// One line describing a cuBLASLt algorithm (its configuration attributes) and its time: matmul_tune's
-// SLLM_MATMUL_TUNE_VERBOSE=1 report.
-static inline void matmul_algo_print(const cublasLtMatmulAlgo_t *algo, int index, float ms) {
-    const cublasLtMatmulAlgoConfigAttributes_t attrs[] = {
-        CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-        CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
-        CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID};
-    const char *names[] = {"id", "tile", "stages", "cluster", "splitk", "swizzle", "inner"};
-    printf("  candidate %2d: %.3f ms", index, ms);
-    for (int i = 0; i < 7; i++) {
-        size_t size = 0;  // the attribute's own size (cuBLASLt wants the buffer size to match)
-        cublasStatus_t st = cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], NULL, 0, &size);
-        if (st != CUBLAS_STATUS_SUCCESS || size == 0 || size > 8) continue;
-        unsigned char buf[8] = {0};
-        if (cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], buf, size, &size) != CUBLAS_STATUS_SUCCESS) continue;
-        uint64_t v = 0;
-        for (size_t b = 0; b < size; b++) v |= (uint64_t)buf[b] << (8 * b);  // little-endian
-        printf(" %s %llu", names[i], (unsigned long long)v);
-    }
-    printf("\n");
-}
-
-// Times the candidate algorithms cand[0..n) of the call (one warm-up, then the median of reps runs each) writing into
-// out (the caller chooses it: see the top of the file). Returns the index of the fastest, or -1 when none ran;
-// *first_ms / *best_ms: the first candidate's and the fastest's medians. verbose: a line per candidate.
-static inline int matmul_time_candidates(MatmulContext *ctx, const MatmulDescs *md, const cublasLtMatmulHeuristicResult_t *cand,
-                                         int n, int reps, void *out, const bf16 *A, const bf16 *B, float alpha,
-                                         float beta, cudaStream_t stream, float *first_ms, float *best_ms,
-                                         int verbose = 0) {
-    if (reps < 1) reps = 1;
-    if (reps > 32) reps = 32;
-    cudaEvent_t e0, e1;
-    cudaCheck(cudaEventCreate(&e0));
-    cudaCheck(cudaEventCreate(&e1));
-    int best = -1;
-    float bms = 0.0f;
-    *first_ms = -1.0f;
-    for (int a = 0; a < n; a++) {
-        float t[32];
-        int ok = 1;
-        for (int r = -1; r < reps && ok; r++) {
-            cudaCheck(cudaEventRecord(e0, stream));
-            if (cublasLtMatmul(ctx->handle, md->desc, &alpha, B, md->lb, A, md->la, &beta, out, md->lc, out, md->lc,
-                               &cand[a].algo, ctx->workspace, ctx->workspace_size, stream) != CUBLAS_STATUS_SUCCESS) {
-                ok = 0;  // this algorithm does not run here: skip it
-                break;
-            }
-            cudaCheck(cudaEventRecord(e1, stream));
-            cudaCheck(cudaEventSynchronize(e1));
-            if (r >= 0) cudaCheck(cudaEventElapsedTime(&t[r], e0, e1));
-        }
-        if (!ok) continue;
-        for (int i = 1; i < reps; i++)  // insertion sort for the median
-            for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
-        const float med = t[reps / 2];
-        if (verbose) matmul_algo_print(&cand[a].algo, a, med);
-        if (a == 0) *first_ms = med;
-        if (best < 0 || med < bms) { best = a; bms = med; }
-    }
-    cudaCheck(cudaEventDestroy(e0));
-    cudaCheck(cudaEventDestroy(e1));
-    *best_ms = bms;
-    return best;
-}
-
 // Strided-batched GEMM: for b < batch,
 //   out + b*stride_out = alpha * op(A + b*stride_a) @ op(B + b*stride_b) + beta * out(b)
 // Strides are in elements; a stride of 0 broadcasts that operand (e.g. the same activations against the gate
@@ -267,11 +191,7 @@ static inline int matmul_lt(MatmulContext *ctx, void *out, int out_f32, long lon
         // so a 128x128 candidate is preferred when the heuristic offers one. Deterministic (no timing).
         cublasLtMatmulHeuristicResult_t cand[16];
         int found = 0;
-        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        cudaCheck(cudaStreamIsCapturing(stream, &cap));
-        const int tune = ctx->tune_reps > 0 && cap == cudaStreamCaptureStatusNone;
-        const cublasStatus_t st =
-            matmul_heuristic(ctx, &md, tune ? MATMUL_TUNE_CANDIDATES : epi == MATMUL_EPI_RELU_MASK ? 16 : 1, cand, &found);
+        const cublasStatus_t st = matmul_heuristic(ctx, &md, epi == MATMUL_EPI_RELU_MASK ? 16 : 1, cand, &found);
         int pick = 0;
         for (int a = 0; epi == MATMUL_EPI_RELU_MASK && st == CUBLAS_STATUS_SUCCESS && a < found; a++) {
             uint32_t tile = 0;
@@ -282,31 +202,6 @@ static inline int matmul_lt(MatmulContext *ctx, void *out, int out_f32, long lon
                 pick = a;
                 break;
             }
-        }
-        if (tune && st == CUBLAS_STATUS_SUCCESS && found > 1) {
-            void *dst = out, *scratch = NULL;
-            if (beta != 0.0f) {  // time into a scratch copy of the output's extent: nothing accumulates twice
-                const size_t bytes = ((size_t)(batch - 1) * (size_t)stride_out + (size_t)M * N) * osz;
-                if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
-                    (void)cudaGetLastError();
-                    scratch = NULL;
-                }
-                dst = scratch;
-            }
-            if (dst) {
-                float first = 0.0f, best = 0.0f;
-                const int b = matmul_time_candidates(ctx, &md, cand, found, ctx->tune_reps, dst, A, B, alpha, beta,
-                                                     stream, &first, &best);
-                if (b >= 0) {
-                    pick = b;
-                    ctx->tuned++;
-                    if (b != 0 && first >= 0.0f) {
-                        ctx->tune_won++;
-                        ctx->tune_saved_ms += first - best;
-                    }
-                }
-            }
-            if (scratch) cudaCheck(cudaFree(scratch));
         }
         const cublasLtMatmulHeuristicResult_t &res = cand[pick];
         if (batch == 1 && epi == MATMUL_EPI_NONE && (st != CUBLAS_STATUS_SUCCESS || found == 0))
@@ -342,40 +237,90 @@ static inline int matmul_relu_mask(MatmulContext *ctx, bf16 *out, uint32_t *mask
     return matmul_lt(ctx, out, 0, 0, A, 0, 0, W, 1, 0, 1, M, N, K, 1.0f, 0.0f, MATMUL_EPI_RELU_MASK, mask, stream);
 }
 
+// One line describing a cuBLASLt algorithm (its configuration attributes) and its time: matmul_tune's
+// SLLM_MATMUL_TUNE_VERBOSE=1 report.
+static inline void matmul_algo_print(const cublasLtMatmulAlgo_t *algo, int index, float ms) {
+    const cublasLtMatmulAlgoConfigAttributes_t attrs[] = {
+        CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+        CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+        CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID};
+    const char *names[] = {"id", "tile", "stages", "cluster", "splitk", "swizzle", "inner"};
+    printf("  candidate %2d: %.3f ms", index, ms);
+    for (int i = 0; i < 7; i++) {
+        size_t size = 0;  // the attribute's own size (cuBLASLt wants the buffer size to match)
+        cublasStatus_t st = cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], NULL, 0, &size);
+        if (st != CUBLAS_STATUS_SUCCESS || size == 0 || size > 8) continue;
+        unsigned char buf[8] = {0};
+        if (cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], buf, size, &size) != CUBLAS_STATUS_SUCCESS) continue;
+        uint64_t v = 0;
+        for (size_t b = 0; b < size; b++) v |= (uint64_t)buf[b] << (8 * b);  // little-endian
+        printf(" %s %llu", names[i], (unsigned long long)v);
+    }
+    printf("\n");
+}
+
 // Opt-in autotuning of one batch-1 GEMM  out[M, N] = A[M, K] @ W^T (W [N, K]) with epilogue epi: times up to 16
 // algorithms that cuBLASLt's heuristic offers (one warm-up, then the median of `reps` runs each, on the caller's
 // buffers, which it overwrites) and caches the fastest, so later matmul / matmul_relu_mask calls of this shape use
-// it. Returns the number of candidates (0: none ran, nothing changed); *first_ms = the heuristic's first choice
-// (-1 if it did not run), *best_ms = the fastest. The trainer's --matmul-tune does this for every shape instead
-// (MatmulContext.tune_reps); the fastest algorithm can differ from run to run and two algorithms may round
-// differently, so tuned runs are reproducible only within one process.
+// it. Returns the number of algorithms timed (0: none, nothing changed); *first_ms = the heuristic's first choice,
+// *best_ms = the fastest. NOT called by default: the fastest algorithm can differ from run to run and two
+// algorithms may round differently, so tuned runs are reproducible only within one process.
 // SLLM_MATMUL_TUNE_VERBOSE=1 prints every candidate's configuration (tile, stages, cluster ids) and time.
 static inline int matmul_tune(MatmulContext *ctx, bf16 *out, const bf16 *A, const bf16 *W, int M, int N, int K, int epi,
                               void *mask, int reps, cudaStream_t stream, float *first_ms, float *best_ms) {
+    if (reps < 1) reps = 1;
+    if (reps > 32) reps = 32;
     MatmulDescs md;
     matmul_descs_create(&md, M, N, K, 0, 1, 0, 1, 0, 0, 0, epi, mask);
     cublasLtMatmulHeuristicResult_t res[16];
     int found = 0;
     const cublasStatus_t st = matmul_heuristic(ctx, &md, 16, res, &found);
+    int timed = 0, best = -1;
+    float bms = 0.0f;
     const char *venv = getenv("SLLM_MATMUL_TUNE_VERBOSE");
     const int verbose = venv && venv[0] == '1';
     if (verbose) printf("matmul_tune M=%d N=%d K=%d epilogue %d: %d candidates\n", M, N, K, epi, found);
-    int best = -1;
-    float first = 0.0f, bms = 0.0f;
-    if (st == CUBLAS_STATUS_SUCCESS && found > 0)
-        best = matmul_time_candidates(ctx, &md, res, found, reps, out, A, W, 1.0f, 0.0f, stream, &first, &bms, verbose);
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+        cudaEvent_t e0, e1;
+        cudaCheck(cudaEventCreate(&e0));
+        cudaCheck(cudaEventCreate(&e1));
+        const float alpha = 1.0f, beta = 0.0f;
+        for (int a = 0; a < found; a++) {
+            float t[32];
+            int ok = 1;
+            for (int r = -1; r < reps && ok; r++) {
+                cudaCheck(cudaEventRecord(e0, stream));
+                cublasStatus_t s2 = cublasLtMatmul(ctx->handle, md.desc, &alpha, W, md.lb, A, md.la, &beta, out, md.lc,
+                                                   out, md.lc, &res[a].algo, ctx->workspace, ctx->workspace_size, stream);
+                if (s2 != CUBLAS_STATUS_SUCCESS) { ok = 0; break; }  // this algorithm does not run here: skip it
+                cudaCheck(cudaEventRecord(e1, stream));
+                cudaCheck(cudaEventSynchronize(e1));
+                if (r >= 0) cudaCheck(cudaEventElapsedTime(&t[r], e0, e1));
+            }
+            if (!ok) continue;
+            for (int i = 1; i < reps; i++)  // insertion sort for the median
+                for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
+            const float med = t[reps / 2];
+            if (verbose) matmul_algo_print(&res[a].algo, a, med);
+            if (timed == 0 && first_ms) *first_ms = med;
+            if (best < 0 || med < bms) { best = a; bms = med; }
+            timed++;
+        }
+        cudaCheck(cudaEventDestroy(e0));
+        cudaCheck(cudaEventDestroy(e1));
+    }
     matmul_descs_destroy(&md);
-    if (best < 0) return 0;
-    if (first_ms) *first_ms = first;
-    MatmulCacheEntry key;  // the key matmul / matmul_relu_mask use for this call (batch 1: strides 0)
-    memset(&key, 0, sizeof(key));
-    key.m = M; key.n = N; key.k = K; key.trans_b = 1; key.batch = 1; key.epi = epi;
-    MatmulCacheEntry *hit = matmul_cache_find(ctx, &key);
-    if (!hit) hit = matmul_cache_add(ctx, &key);
-    hit->found = 1;
-    hit->algo = res[best].algo;
-    if (best_ms) *best_ms = bms;
-    return found;
+    if (best >= 0) {
+        MatmulCacheEntry key;  // the key matmul / matmul_relu_mask use for this call (batch 1: strides 0)
+        memset(&key, 0, sizeof(key));
+        key.m = M; key.n = N; key.k = K; key.trans_b = 1; key.batch = 1; key.epi = epi;
+        MatmulCacheEntry *hit = matmul_cache_find(ctx, &key);
+        if (!hit) hit = matmul_cache_add(ctx, &key);
+        hit->found = 1;
+        hit->algo = res[best].algo;
+        if (best_ms) *best_ms = bms;
+    }
+    return timed;
 }
 
 #endif  // SLLM_MATMUL_CUH

@@ -6,7 +6,8 @@
 //   build/train_gpt_relu --train 'data/x_train_*.bin' --val 'data/x_val_*.bin' --preset small --out run1
 //   build/train_gpt_relu -h          (every option, generated from the option table)
 //
-// Checkpoints: <out>/ckpt_<step 8 digits>/ = model.safetensors (fp32 master weights, HF Llama names) +
+// Checkpoints: <out>/ckpt_<step 8 digits>/ = model.safetensors (fp32: the master weights, or with --master none the
+// bf16 weights widened; HF Llama names) +
 // config.json + opt_rank<r>.bin per rank (the ZeRO-1 shard: master, AdamW m, v) + train_state.bin (step,
 // loader position, RNG, run shape), written atomically as a whole (core/checkpoint.h, core/zero1.cuh).
 // --resume continues from the newest complete one, bit-exactly on the same GPU count; on another count the
@@ -17,10 +18,10 @@
 // scripts/run_dist.sh N (file rendezvous), or per process with RANK/WORLD_SIZE/LOCAL_RANK and --dist-init
 // tcp://host:port (or MASTER_ADDR/MASTER_PORT). Each rank reads its stripe of every global batch
 // (dataloader/loader.h); the gradients are summed bucket by bucket while the backward runs (ModelDist hooks,
-// last micro-step only); each rank updates its shard of the fp32 master weights and AdamW moments and the bf16
-// weights are all-gathered. --total-batch stays the global batch: accum = total / (B*T*world). Rank 0 logs and
-// writes the shared files; every rank reports its own errors ("error: rank r of W: ..."). --out must be on a file
-// system that every rank sees.
+// last micro-step only); each rank updates its shard of the fp32 master weights (with --master none, of the bf16
+// weights in place) and AdamW moments, and the bf16 weights are all-gathered. --total-batch stays the global batch:
+// accum = total / (B*T*world). Rank 0 logs and writes the shared files; every rank reports its own errors
+// ("error: rank r of W: ..."). --out must be on a file system that every rank sees.
 #include <dirent.h>
 #include <math.h>
 #include <stdint.h>
@@ -133,7 +134,7 @@ typedef struct {
 #define CKPT_COLLECTIVE_TIMEOUT_S 3600.0
 
 // Writes <out>/ckpt_<step>. A collective: every rank calls it at the same step. Rank 0 creates the temp dir and
-// sends its path to the others; the fp32 master weights are gathered into the gradient buffer (free between
+// sends its path to the others; the fp32 weights (zero1_gather_master) go into the gradient buffer (free between
 // steps); rank 0 writes model.safetensors, config.json and train_state.bin, every rank its optimizer shard. Only
 // when every rank succeeded does rank 0 rename the temp dir into place (ckpt_commit); otherwise it removes it and
 // every rank stops with an error: a checkpoint is complete or absent, and older ones are untouched.
@@ -614,7 +615,7 @@ static int run_main(int argc, char **argv) {
     if (ffo.par.off_nnz < ffo.par.on_nnz)
         SLLM_FATAL("--sparse-off %g must be >= --sparse-on %g (hysteresis)", ffo.par.off_nnz, ffo.par.on_nnz);
     if (o.synthetic_nnz > 0 && !o.bench) SLLM_FATAL("--synthetic-nnz is a benchmark mode: use it with --bench N");
-    // ---- model: the FFN path per layer (dense, sparse, or auto: decided per step from the counts), bf16 weights and fp32 gradients on every rank; fp32 master weights and AdamW moments sharded
+    // ---- model: the FFN path per layer (dense, sparse, or auto: decided per step from the counts), bf16 weights and fp32 gradients on every rank; fp32 master weights (unless --master none) and AdamW moments sharded
     // (ZeRO-1; world 1: one shard of everything, the same kernels and bits as the unsharded update). The full
     // fp32 initial weights go through the gradient buffer (unused until the first backward).
     Model model;

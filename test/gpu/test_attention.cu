@@ -354,28 +354,20 @@ static void test_validate(void **state) {
     assert_int_equal(attention_path_from_env(), ATTN_PATH_FAST);
     unsetenv("SLLM_ATTN");
     assert_int_equal(attention_path_from_env(), ATTN_PATH_FAST);
-    unsetenv("SLLM_ATTN_FWD");
-    unsetenv("SLLM_ATTN_BWD");
-    AttnVariant v = attention_variant_from_env();
-    assert_int_equal(v.path, ATTN_PATH_FAST);
-    assert_int_equal(v.fwd_mt, 3);
-    assert_int_equal(v.bwd_det, 2);
-    setenv("SLLM_ATTN_FWD", "wg", 1);
-    setenv("SLLM_ATTN_BWD", "wg", 1);
-    v = attention_variant_from_env();
-    assert_int_equal(v.fwd_mt, 3);
-    assert_int_equal(v.bwd_det, 2);
-    setenv("SLLM_ATTN_FWD", "v1", 1);
-    setenv("SLLM_ATTN_BWD", "atomic", 1);
-    v = attention_variant_from_env();
-    assert_int_equal(v.fwd_mt, 1);
-    assert_int_equal(v.bwd_det, 0);
-    setenv("SLLM_ATTN_FWD", "v2", 1);
-    setenv("SLLM_ATTN_BWD", "det", 1);
-    v = attention_variant_from_env();
-    assert_int_equal(v.fwd_mt, 2);
-    assert_int_equal(v.bwd_det, 1);
-    assert_int_equal(v.dq_mt, 2);
+    // SLLM_ATTN_FWD / SLLM_ATTN_BWD (NULL: unset) -> the variant's forward and backward kernels
+    const struct { const char *fwd, *bwd; int fwd_mt, bwd_det; } env_cases[] = {
+        {NULL, NULL, 3, 2}, {"wg", "wg", 3, 2}, {"v1", "atomic", 1, 0}, {"v2", "det", 2, 1}};
+    for (size_t i = 0; i < sizeof env_cases / sizeof env_cases[0]; i++) {
+        if (env_cases[i].fwd) setenv("SLLM_ATTN_FWD", env_cases[i].fwd, 1);
+        else unsetenv("SLLM_ATTN_FWD");
+        if (env_cases[i].bwd) setenv("SLLM_ATTN_BWD", env_cases[i].bwd, 1);
+        else unsetenv("SLLM_ATTN_BWD");
+        const AttnVariant v = attention_variant_from_env();
+        assert_int_equal(v.path, ATTN_PATH_FAST);
+        assert_int_equal(v.fwd_mt, env_cases[i].fwd_mt);
+        assert_int_equal(v.bwd_det, env_cases[i].bwd_det);
+        if (env_cases[i].bwd_det == 1) assert_int_equal(v.dq_mt, 2);
+    }
     unsetenv("SLLM_ATTN_FWD");
     unsetenv("SLLM_ATTN_BWD");
 }

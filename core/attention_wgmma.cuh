@@ -1,22 +1,26 @@
-// core/attention_wgmma.cuh: causal flash-attention FORWARD on Hopper (sm_90a): TMA loads, wgmma for both products,
-// a producer warpgroup and two consumer warpgroups. Head dim 64 only; the other shapes (and the backward) stay on
-// core/attention.cuh's mma.sync kernels. Same inputs, outputs and numerics contract as attn_fwd_kernel:
+// core/attention_wgmma.cuh: causal flash attention on Hopper (sm_90a), forward and deterministic backward: TMA
+// loads, wgmma for every product, a producer warp(group) and consumer warpgroups. Head dim 64 only; other shapes and
+// GPUs stay on core/attention.cuh's mma.sync kernels. Same inputs, outputs and numerics contract as those:
 //   q [B, T, H, 64], k, v [B, T, KVH, 64] (bf16, rows of the projections), out [B, T, H, 64] bf16,
 //   lse [B, H, T] fp32 (natural log of the softmax's denominator over the scaled scores).
 //
-// CTA: 128 query rows of one (batch, head), 384 threads.
-//   warpgroup 0 (producer; one thread issues): TMA of the Q tile (128 x 64, 128-byte swizzle) once, then the K and V
-//     tiles (128 keys x 64) of key blocks 0 .. the diagonal into a ring of AWG_STAGES stages (mbarriers: full / empty).
-//   warpgroups 1, 2 (consumers, 64 query rows each): per key block, S = Q K^T by 4 wgmma m64n128k16 (A = the WG's
-//     Q rows, B = K: both K-major), the causal mask on the diagonal block, the online softmax in registers (the exp2
-//     domain, attn_fwd_kernel's order of operations), P rounded to bf16 in the accumulator layout as the A registers
-//     of 8 wgmma m64n64k16 with V (MN-major: imm-trans-b) into the fp32 O accumulators. Then the stage is released.
+// Forward CTA: AWG_FWD_BM query rows (128; 192 as a dev A/B) of one (batch, head), AWG_FWD_THREADS threads.
+//   warpgroup 0 (producer; one thread issues): TMA of the Q tile (AWG_FWD_BM x 64, 128-byte swizzle) once, then the
+//     K and V tiles (128 keys x 64) of key blocks 0 .. the CTA's last row into a ring of AWG_STAGES stages
+//     (mbarriers: full / empty).
+//   warpgroups 1 .. AWG_FWD_WGS (consumers, 64 query rows each): per key block, S = Q K^T by 4 wgmma m64n128k16
+//     (A = the WG's Q rows, B = K: both K-major), the causal mask where the block reaches past the WG's first row,
+//     the online softmax in registers (the exp2 domain, attn_fwd_kernel's order of operations), P rounded to bf16 in
+//     the accumulator layout as the A registers of 8 wgmma m64n64k16 with V (MN-major: imm-trans-b) into the fp32 O
+//     accumulators. Then the stage is released. (With 192 rows a warpgroup stops at its own last row and only
+//     releases the CTA's later blocks.)
 //   The epilogue normalizes O, writes the rows < T and their lse.
-//   kc != NULL (the inference prefill): the keys and values of the diagonal block (keys q0 .. q0 + 127: each key in
-//   exactly one query block's diagonal) also go from shared memory (un-swizzled) into a KV cache kc, vc
-//   [B, S, KVH * 64] at their positions, written by consumer 0 of the first query head of the group.
+//   kc != NULL (the inference prefill): each key block also goes from shared memory (un-swizzled) into a KV cache
+//   kc, vc [B, S, KVH * 64] at its positions, once: from the first query block that loads it, by one consumer of the
+//   first query head of the group.
 // Rows of a key tile past the batch's T (the next batch's, or zero-filled past the tensor) are masked by causality
 // (key > query for every query row < T); query rows past T are computed but not written.
+// The backward (two kernels after a D = rowsum(dO * O) pass) is described above its kernels.
 #ifndef SLLM_ATTENTION_WGMMA_CUH
 #define SLLM_ATTENTION_WGMMA_CUH
 
@@ -27,14 +31,20 @@
 #include "tc_utils.cuh"  // tc_exp2, tc_pack_bf16x2
 
 #define AWG_HD 64
-#define AWG_BM 128                            // query rows per CTA (2 consumer warpgroups x 64)
+#define AWG_BM 128                            // the dQ kernel's query rows per CTA (2 consumer warpgroups x 64)
 #define AWG_BN 128                            // keys per block
 #ifndef AWG_STAGES  // (-D: dev A/B of the ring depth)
 #define AWG_STAGES 2
 #endif
-#define AWG_THREADS 384
-#define AWG_TILE_BYTES (128 * AWG_HD * 2)     // 16384: the Q tile, and each K or V stage
-#define AWG_SMEM_BYTES ((1 + 2 * AWG_STAGES) * AWG_TILE_BYTES + 8 * (1 + 3 * AWG_STAGES) + 1024)
+#define AWG_THREADS 384                       // the backward kernels (a producer and two consumer warpgroups)
+#define AWG_TILE_BYTES (128 * AWG_HD * 2)     // 16384: a 128-row tile (the backward's Q, K, V, dO; a K or V stage)
+#ifndef AWG_FWD_BM  // the forward's query rows per CTA: 128 (2 consumer warpgroups) or 192 (3; -D: dev A/B)
+#define AWG_FWD_BM 128
+#endif
+#define AWG_FWD_WGS (AWG_FWD_BM / 64)                 // consumer warpgroups of the forward
+#define AWG_FWD_THREADS (128 * (1 + AWG_FWD_WGS))
+#define AWG_FWD_Q_BYTES (AWG_FWD_BM * AWG_HD * 2)     // the forward's Q tile
+#define AWG_SMEM_BYTES (AWG_FWD_Q_BYTES + 2 * AWG_STAGES * AWG_TILE_BYTES + 8 * (1 + 3 * AWG_STAGES) + 1024)
 #define AWG_TIMEOUT_NS 4000000000ull          // mbarrier watchdog: no legal wait comes close
 
 // One wgmma.mma_async m64n128k16 (bf16 -> fp32), A and B K-major from shared memory through 128-byte-swizzle
@@ -176,34 +186,52 @@ __device__ __forceinline__ void awg_fwd_rescale(float (&o)[32], const float (&al
     }
 }
 
-// grid (ceil(T / 128), H, B), AWG_THREADS threads, AWG_SMEM_BYTES of dynamic shared memory.
+// Keys key0 .. key0 + 127 (< T) of a K and a V stage (128-byte swizzle: chunk ch of row r at ch ^ (r % 8)) into the
+// KV cache kc, vc [B, S, KVH * 64] at their positions; one warpgroup (t = its thread index).
+__device__ __forceinline__ void awg_fwd_cache_write(bf16 *__restrict__ kc, bf16 *__restrict__ vc, uint32_t sK,
+                                                    uint32_t sV, int t, int key0, int T, int b, int S, int KVH, int kvh) {
+    const size_t kvs = (size_t)KVH * AWG_HD;
+    for (int i = t; i < AWG_BN * 8; i += 128) {  // (row, 16-byte chunk) pairs
+        const int r = i >> 3, ch = i & 7, row = key0 + r;
+        if (row >= T) continue;
+        const uint32_t off = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
+        const size_t o = ((size_t)b * S + row) * kvs + (size_t)kvh * AWG_HD + 8 * ch;
+        *reinterpret_cast<uint4 *>(kc + o) = awg_lds16(sK + off);
+        *reinterpret_cast<uint4 *>(vc + o) = awg_lds16(sV + off);
+    }
+}
+
+// grid (ceil(T / AWG_FWD_BM), H, B), AWG_FWD_THREADS threads, AWG_SMEM_BYTES of dynamic shared memory.
 // A warpgroup issues S of the next key block right behind its P V, so the tensor cores get both back to back and
 // one wait per block is saved.
-static __global__ void __launch_bounds__(AWG_THREADS, 1)
+static __global__ void __launch_bounds__(AWG_FWD_THREADS, 1)
 attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV, bf16 *__restrict__ out, float *__restrict__ lse, int T,
                       int H, int KVH, float scale_log2, bf16 *__restrict__ kc, bf16 *__restrict__ vc, int S) {
     extern __shared__ __align__(16) unsigned char awg_smem[];
     const uint32_t base = (hp_smem_addr(awg_smem) + 1023u) & ~1023u;  // the 128-byte swizzle atom's alignment
-    const uint32_t sQ = base, sK0 = base + AWG_TILE_BYTES, sV0 = sK0 + AWG_STAGES * AWG_TILE_BYTES;
+    constexpr bool WIDE = AWG_FWD_BM != AWG_BN;  // query blocks not aligned with key blocks (192 rows)
+    const uint32_t sQ = base, sK0 = base + AWG_FWD_Q_BYTES, sV0 = sK0 + AWG_STAGES * AWG_TILE_BYTES;
     const uint32_t bars = sV0 + AWG_STAGES * AWG_TILE_BYTES;  // q_full, k_full[S], v_full[S], kv_empty[S]
     const uint32_t q_full = bars;
     const int mb = gridDim.x - 1 - blockIdx.x;  // the heaviest (latest) query blocks first
-    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH), q0 = mb * AWG_BM, nkb = mb + 1;
+    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH), q0 = mb * AWG_FWD_BM;
+    const int nkb = WIDE ? (min(q0 + AWG_FWD_BM, T) - 1) / AWG_BN + 1 : mb + 1;  // key blocks up to the last row
     const int wg = threadIdx.x >> 7;
     if (threadIdx.x == 0) {
         hp_mbar_init(q_full, 1);
         for (int s = 0; s < AWG_STAGES; s++) {
             hp_mbar_init(bars + 8 * (1 + s), 1);                   // k_full[s]
             hp_mbar_init(bars + 8 * (1 + AWG_STAGES + s), 1);      // v_full[s]
-            hp_mbar_init(bars + 8 * (1 + 2 * AWG_STAGES + s), 256);  // kv_empty[s]: every consumer thread arrives
+            hp_mbar_init(bars + 8 * (1 + 2 * AWG_STAGES + s), 128 * AWG_FWD_WGS);  // kv_empty[s]: every consumer thread
         }
         hp_fence_barrier_init();
     }
     __syncthreads();
     if (wg == 0) {  // producer
+        if constexpr (AWG_FWD_WGS == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x != 0) return;
-        hp_mbar_arrive_expect_tx(q_full, AWG_TILE_BYTES);
+        hp_mbar_arrive_expect_tx(q_full, AWG_FWD_Q_BYTES);
         hp_tma_load_2d(sQ, &tmQ, q_full, h * AWG_HD, b * T + q0);
         for (int j = 0; j < nkb; j++) {
             const int s = j % AWG_STAGES;
@@ -217,16 +245,23 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         }
         return;
     }
+    if constexpr (AWG_FWD_WGS == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
     // consumer c: query rows q0 + 64 c .. + 63; this thread's rows r0 = .. + 16 warp + lane / 4 and r0 + 8
     const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
     const int r0 = q0 + 64 * c + 16 * warp + (lane >> 2), r1 = r0 + 8;
+    // the key blocks this warpgroup needs (WIDE: up to its own last row < T; none when all its rows are past T); the
+    // rest of the CTA's blocks it only waits for and releases, keeping the ring's phases
+    const int wq0 = q0 + 64 * c;
+    const int wg_nkb = WIDE ? (wq0 < T ? (min(wq0 + 64, T) - 1) / AWG_BN + 1 : 0) : nkb;
+    // key block j goes into the KV cache from the first CTA that loads it, by its last warpgroup (WIDE)
+    const bool cache_wg = kc && h % (H / KVH) == 0 && (WIDE ? c == AWG_FWD_WGS - 1 : c == 0);
     const uint32_t aQ = sQ + c * (64 * 128);  // this warpgroup's 64 Q rows (1024-aligned)
     float o[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < 32; i++) o[i] = 0.0f;
     hp_mbar_wait(q_full, 0, AWG_TIMEOUT_NS);
     float sc[64];
-    for (int j = 0; j < nkb; j++) {
+    for (int j = 0; j < wg_nkb; j++) {
         const int s = j % AWG_STAGES;
         const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
         const uint32_t sK = sK0 + s * AWG_TILE_BYTES, sV = sV0 + s * AWG_TILE_BYTES;
@@ -241,21 +276,13 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
             hp_wgmma_wait<0>();
             awg_fence_acc(sc);
         }
-        if (kc && j == nkb - 1 && c == 0 && h % (H / KVH) == 0) {  // the diagonal keys and values into the cache
+        if (cache_wg && (WIDE ? (j * AWG_BN) / AWG_FWD_BM == mb : j == nkb - 1)) {  // this block into the cache
             hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
-            const size_t kvs = (size_t)KVH * AWG_HD;
-            // (row, 16-byte chunk) pairs; the 128-byte swizzle stores chunk ch of row r at ch ^ (r % 8)
-            for (int i = t; i < AWG_BN * 8; i += 128) {
-                const int r = i >> 3, ch = i & 7, row = q0 + r;
-                if (row >= T) continue;
-                const uint32_t off = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
-                const size_t o = ((size_t)b * S + row) * kvs + (size_t)kvh * AWG_HD + 8 * ch;
-                *reinterpret_cast<uint4 *>(kc + o) = awg_lds16(sK + off);
-                *reinterpret_cast<uint4 *>(vc + o) = awg_lds16(sV + off);
-            }
+            awg_fwd_cache_write(kc, vc, sK, sV, t, WIDE ? j * AWG_BN : q0, T, b, S, KVH, kvh);
         }
         float alpha[2];
-        awg_fwd_softmax(sc, m, l, alpha, j == nkb - 1, j * AWG_BN, r0, r1, qd, scale_log2);
+        awg_fwd_softmax(sc, m, l, alpha, WIDE ? j * AWG_BN + AWG_BN - 1 > wq0 : j == nkb - 1, j * AWG_BN, r0, r1, qd,
+                        scale_log2);
         awg_fwd_rescale(o, alpha);
         // O += P V: key step kk takes the scores' n8 blocks 2 kk and 2 kk + 1 as its A registers. All of P is packed
         // before the fence: a register that a wgmma reads must be written before the wgmma.fence that precedes it.
@@ -271,7 +298,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         for (int kk = 0; kk < AWG_BN / 16; kk++)
             awg_wgmma_m64n64k16_rs(o, pa[kk], hp_desc_sw128(sV + 16 * 128 * kk, 1024));
         hp_wgmma_commit();
-        if (j + 1 < nkb) {  // S of the next block (its stage was released at the end of block j + 1 - AWG_STAGES)
+        if (j + 1 < wg_nkb) {  // S of the next block (its stage was released at the end of block j + 1 - AWG_STAGES)
             const int s1 = (j + 1) % AWG_STAGES;
             const uint32_t sK1 = sK0 + s1 * AWG_TILE_BYTES;
             hp_mbar_wait(bars + 8 * (1 + s1), (uint32_t)((j + 1) / AWG_STAGES) & 1u, AWG_TIMEOUT_NS);
@@ -286,6 +313,18 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         awg_fence_acc(o);
         awg_fence_acc(sc);
         hp_mbar_arrive(bars + 8 * (1 + 2 * AWG_STAGES + s));  // this thread is done with the stage
+    }
+    if constexpr (WIDE) {
+        for (int j = wg_nkb; j < nkb; j++) {  // blocks past this warpgroup's rows: waited for, released
+            const int s = j % AWG_STAGES;
+            const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
+            hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
+            hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
+            if (cache_wg && (j * AWG_BN) / AWG_FWD_BM == mb)
+                awg_fwd_cache_write(kc, vc, sK0 + s * AWG_TILE_BYTES, sV0 + s * AWG_TILE_BYTES, t, j * AWG_BN, T, b, S,
+                                    KVH, kvh);
+            hp_mbar_arrive(bars + 8 * (1 + 2 * AWG_STAGES + s));
+        }
     }
     // epilogue: normalize, the rows < T and their lse
 #pragma unroll
@@ -659,7 +698,8 @@ static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, 
     HpEncodeTiledFn enc = hp_encode_fn();
     CUtensorMap mq, mk, mv;
     const long long N = (long long)B * T;
-    if (!enc || awg_make_map(enc, &mq, q, N, H * AWG_HD, "q") || awg_make_map(enc, &mk, k, N, KVH * AWG_HD, "k") ||
+    if (!enc || awg_make_map(enc, &mq, q, N, H * AWG_HD, "q", AWG_FWD_BM) ||
+        awg_make_map(enc, &mk, k, N, KVH * AWG_HD, "k") ||
         awg_make_map(enc, &mv, v, N, KVH * AWG_HD, "v")) {
         g_attn_wgmma_fallbacks++;
         return 1;
@@ -670,10 +710,10 @@ static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, 
                                        AWG_SMEM_BYTES));
         smem_set = 1;
     }
-    const dim3 grid((unsigned)CEIL_DIV(T, AWG_BM), (unsigned)H, (unsigned)B);
+    const dim3 grid((unsigned)CEIL_DIV(T, AWG_FWD_BM), (unsigned)H, (unsigned)B);
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)AWG_HD);
-    attn_wgmma_fwd_kernel<<<grid, AWG_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH, scale_log2,
-                                                                          kc, vc, S);
+    attn_wgmma_fwd_kernel<<<grid, AWG_FWD_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH,
+                                                                              scale_log2, kc, vc, S);
     cudaCheckLaunch();
     g_attn_wgmma_launches++;
     return 0;

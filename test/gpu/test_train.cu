@@ -27,6 +27,7 @@
 //    with gradient accumulation 2; every metrics line (loss, CE, L1, grad norm, LR, sparsity) must be identical
 //    as text with 9 significant digits (i.e. the same float32 bits), on the default kernels (the attention
 //    backward's dq has its own deterministic pass). Skipped when build/train_gpt_relu is missing.
+// 4. Dead-unit re-initialisation with and without master weights (test_reinit_dead).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -311,12 +312,80 @@ static void test_resume_bit_exact(void **state) {
     test_run_cmd(cmd);
 }
 
+// 4. Dead-unit re-initialisation (model_reinit_dead): units 3 and 7 of layer 0 and unit 5 of layer 1 marked as not
+//    fired. With the model's own state (fp32 master): exactly those Wg rows are re-drawn (std ~0.02, the bf16 weights
+//    the master rounded), their m and v zeroed, every other element untouched. Without master weights (master NULL,
+//    as --master none passes it): the same rows of the bf16 weights re-drawn and their moments zeroed, the master
+//    buffer untouched.
+static void test_reinit_dead(void **state) {
+    if (!cuda_device_available()) skip();
+    ModelConfig c;
+    tiny_config(&c, 1, 512, 128, 2, 2, 2, 256, 64, 0.05f);
+    const int L = c.n_layer, F = c.d_ff, D = c.d_model;
+    Model m;
+    model_create(&m, &c, 2, 64, 0, 1, 0);
+    const size_t total = m.lay.total;
+    float *p0 = (float *)sllm_malloc(total * 4);
+    for (size_t i = 0; i < total; i++) p0[i] = sllm_round_bf16((float)(0.5 * rng_normal(&g_rng)));
+    const int dead_l[3] = {0, 0, 1}, dead_f[3] = {3, 7, 5};
+    for (int pass = 0; pass < 2; pass++) {  // 0: fp32 master; 1: no master weights
+        model_set_params(&m, p0);
+        float *ones = (float *)sllm_malloc(total * 4);
+        for (size_t i = 0; i < total; i++) ones[i] = 1.0f;
+        cudaCheck(cudaMemcpy(m.m, ones, total * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m.v, ones, total * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemset(m.fired, 1, (size_t)L * F));
+        for (int k = 0; k < 3; k++) cudaCheck(cudaMemset(m.fired + (size_t)dead_l[k] * F + dead_f[k], 0, 1));
+        int dead[2] = {-1, -1};
+        const long n = pass == 0 ? model_reinit_dead(&m, 99, dead, (float *)NULL, (float *)NULL, (float *)NULL, 0, 0)
+                                 : model_reinit_dead(&m, 99, dead, (float *)NULL, m.m, m.v, 0, total);
+        assert_int_equal(n, 3);
+        assert_int_equal(dead[0], 2);
+        assert_int_equal(dead[1], 1);
+        float *w = (float *)sllm_malloc(total * 4), *ma = (float *)sllm_malloc(total * 4);
+        float *mm = (float *)sllm_malloc(total * 4), *vv = (float *)sllm_malloc(total * 4);
+        uint16_t *wb = (uint16_t *)sllm_malloc(total * 2);
+        cudaCheck(cudaMemcpy(wb, m.params, total * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < total; i++) w[i] = adamw_bf16_bits_to_float(wb[i]);
+        cudaCheck(cudaMemcpy(ma, m.master, total * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(mm, m.m, total * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(vv, m.v, total * 4, cudaMemcpyDeviceToHost));
+        size_t redrawn = 0, bad = 0;
+        double ss = 0;
+        for (size_t i = 0; i < total; i++) {
+            int in_dead = 0;
+            for (int k = 0; k < 3; k++) {
+                const size_t r0 = param_offset(&m.lay, PARAM_WG, dead_l[k]) + (size_t)dead_f[k] * D;
+                in_dead |= i >= r0 && i < r0 + D;
+            }
+            if (in_dead) {
+                redrawn++;
+                ss += (double)w[i] * w[i];
+                bad += mm[i] != 0.0f || vv[i] != 0.0f || w[i] == p0[i];
+                bad += pass == 0 ? w[i] != sllm_round_bf16(ma[i]) : ma[i] != p0[i];
+            } else {
+                bad += w[i] != p0[i] || mm[i] != 1.0f || vv[i] != 1.0f || ma[i] != p0[i];
+            }
+        }
+        const double sd = sqrt(ss / redrawn);
+        printf("  reinit (%s): %ld units, %zu elements re-drawn (std %.4f), %zu elements wrong\n",
+               pass == 0 ? "fp32 master" : "no master weights", n, redrawn, sd, bad);
+        assert_int_equal(redrawn, (size_t)3 * D);
+        assert_int_equal(bad, 0);
+        assert_true(sd > 0.015 && sd < 0.025);
+        free(w); free(ma); free(mm); free(vv); free(wb); free(ones);
+    }
+    free(p0);
+    model_free(&m);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_gated),
         cmocka_unit_test(test_forward_backward_nongated_gqa),
         cmocka_unit_test(test_adamw_steps),
         cmocka_unit_test(test_resume_bit_exact),
+        cmocka_unit_test(test_reinit_dead),
     };
     GPU_TEST_PREFLIGHT("test_train", tests);
     g_seed = gpu_test_seed("test_train");

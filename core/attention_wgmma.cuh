@@ -4,16 +4,17 @@
 //   q [B, T, H, 64], k, v [B, T, KVH, 64] (bf16, rows of the projections), out [B, T, H, 64] bf16,
 //   lse [B, H, T] fp32 (natural log of the softmax's denominator over the scaled scores).
 //
-// Forward CTA: AWG_FWD_BM query rows (128; 192 as a dev A/B) of one (batch, head), AWG_FWD_THREADS threads.
-//   warpgroup 0 (producer; one thread issues): TMA of the Q tile (AWG_FWD_BM x 64, 128-byte swizzle) once, then the
-//     K and V tiles (128 keys x 64) of key blocks 0 .. the CTA's last row into a ring of AWG_STAGES stages
-//     (mbarriers: full / empty).
-//   warpgroups 1 .. AWG_FWD_WGS (consumers, 64 query rows each): per key block, S = Q K^T by 4 wgmma m64n128k16
+// Forward: a persistent grid of at most one CTA per SM, AWG_FWD_THREADS threads; a tile is AWG_FWD_BM (192) query
+// rows of one (batch, head), taken heaviest (latest rows) first.
+//   warpgroup 0 (producer; one thread issues): per tile, TMA of the Q tile (192 x 64, 128-byte swizzle) into one of
+//     two Q buffers, then the K and V tiles (128 keys x 64) of key blocks 0 .. the tile's last row into a ring of
+//     AWG_STAGES stages (mbarriers: full / empty), so the next tile's loads run under this tile's last blocks.
+//   warpgroups 1 .. 3 (consumers, 64 query rows each): per key block, S = Q K^T by 4 wgmma m64n128k16
 //     (A = the WG's Q rows, B = K: both K-major), the causal mask where the block reaches past the WG's first row,
 //     the online softmax in registers (the exp2 domain, attn_fwd_kernel's order of operations), P rounded to bf16 in
 //     the accumulator layout as the A registers of 8 wgmma m64n64k16 with V (MN-major: imm-trans-b) into the fp32 O
-//     accumulators. Then the stage is released. (With 192 rows a warpgroup stops at its own last row and only
-//     releases the CTA's later blocks.)
+//     accumulators. Then the stage is released. A warpgroup stops at its own last row and only releases the tile's
+//     later blocks. setmaxnreg gives the producer 24 registers and the consumers 160.
 //   The epilogue normalizes O, writes the rows < T and their lse.
 //   kc != NULL (the inference prefill): each key block also goes from shared memory (un-swizzled) into a KV cache
 //   kc, vc [B, S, KVH * 64] at its positions, once: from the first query block that loads it, by one consumer of the
@@ -38,18 +39,11 @@
 #endif
 #define AWG_THREADS 384                       // the backward kernels (a producer and two consumer warpgroups)
 #define AWG_TILE_BYTES (128 * AWG_HD * 2)     // 16384: a 128-row tile (the backward's Q, K, V, dO; a K or V stage)
-#ifndef AWG_FWD_BM  // the forward's query rows per CTA: 128 (2 consumer warpgroups) or 192 (3; -D: dev A/B)
-#define AWG_FWD_BM 128
-#endif
-#ifndef AWG_FWD_PERSIST  // 1: the forward persistent (one CTA per SM looping over tiles; -D: dev A/B)
-#define AWG_FWD_PERSIST 0
-#endif
+#define AWG_FWD_BM 192                        // the forward's query rows per tile (3 consumer warpgroups x 64)
 #define AWG_FWD_WGS (AWG_FWD_BM / 64)                 // consumer warpgroups of the forward
 #define AWG_FWD_THREADS (128 * (1 + AWG_FWD_WGS))
-#define AWG_FWD_Q_BYTES (AWG_FWD_BM * AWG_HD * 2)     // the forward's Q tile
-#define AWG_SMEM_BYTES                                                                                              \
-    ((1 + AWG_FWD_PERSIST) * AWG_FWD_Q_BYTES + 2 * AWG_STAGES * AWG_TILE_BYTES +                                    \
-     8 * (1 + 3 * AWG_FWD_PERSIST + 3 * AWG_STAGES) + 1024)
+#define AWG_FWD_Q_BYTES (AWG_FWD_BM * AWG_HD * 2)     // the forward's Q tile (two buffers)
+#define AWG_SMEM_BYTES (2 * AWG_FWD_Q_BYTES + 2 * AWG_STAGES * AWG_TILE_BYTES + 8 * (4 + 3 * AWG_STAGES) + 1024)
 #define AWG_TIMEOUT_NS 4000000000ull          // mbarrier watchdog: no legal wait comes close
 
 // One wgmma.mma_async m64n128k16 (bf16 -> fp32), A and B K-major from shared memory through 128-byte-swizzle
@@ -206,7 +200,6 @@ __device__ __forceinline__ void awg_fwd_cache_write(bf16 *__restrict__ kc, bf16 
     }
 }
 
-#if AWG_FWD_PERSIST
 // Tiles (one query block of one (batch, head)) in the order of tile index i: the heaviest (latest) query blocks
 // first, mb = nmb - 1 - i / (H B), then the heads and the batch.
 __device__ __forceinline__ void awg_fwd_tile(int i, int nmb, int H, int B, int &mb, int &h, int &b) {
@@ -216,9 +209,18 @@ __device__ __forceinline__ void awg_fwd_tile(int i, int nmb, int H, int B, int &
     b = r / H;
 }
 
-// Persistent (AWG_FWD_PERSIST 1, dev A/B): a 1-D grid of at most one CTA per SM, CTA x taking tiles x, x + gridDim.x,
-// ...; the Q tile is double-buffered, so the next
-// tile's Q and first K, V blocks load while this tile's last blocks and epilogue run. AWG_FWD_THREADS threads,
+#ifndef AWG_FWD_SNAKE  // 1: rounds of tiles taken in alternating directions (-D: dev A/B)
+#define AWG_FWD_SNAKE 0
+#endif
+// The tile index of CTA x's n-th tile (G CTAs): round n of G tiles, taken in order x, or (AWG_FWD_SNAKE) in
+// alternating directions so that the CTA that took the heaviest tile of one round takes the lightest of the next.
+// Increasing in n for a fixed x, so a CTA stops at its first index >= the tile count.
+__device__ __forceinline__ int awg_fwd_tile_index(int n, int x, int G) {
+    return n * G + ((AWG_FWD_SNAKE && (n & 1)) ? G - 1 - x : x);
+}
+
+// Persistent: a 1-D grid of at most one CTA per SM, CTA x taking its tiles from awg_fwd_tile_index; the Q tile is
+// double-buffered, so the next tile's Q and first K, V blocks load while this tile's last blocks and epilogue run. AWG_FWD_THREADS threads,
 // AWG_SMEM_BYTES of dynamic shared memory. A warpgroup issues S of the next key block right behind its P V, so the
 // tensor cores get both back to back and one wait per block is saved. Key blocks are counted across the CTA's
 // tiles (g) for the ring's stages and phases.
@@ -228,7 +230,6 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
                       int H, int KVH, float scale_log2, bf16 *__restrict__ kc, bf16 *__restrict__ vc, int S, int B) {
     extern __shared__ __align__(16) unsigned char awg_smem[];
     const uint32_t base = (hp_smem_addr(awg_smem) + 1023u) & ~1023u;  // the 128-byte swizzle atom's alignment
-    constexpr bool WIDE = AWG_FWD_BM != AWG_BN;  // query blocks not aligned with key blocks (192 rows)
     constexpr int QBUF = 2;  // Q tile buffers
     const uint32_t sQ0 = base, sK0 = base + QBUF * AWG_FWD_Q_BYTES, sV0 = sK0 + AWG_STAGES * AWG_TILE_BYTES;
     // barriers: k_full[S], v_full[S], kv_empty[S], q_full[QBUF], q_empty[QBUF]
@@ -250,15 +251,15 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
     }
     __syncthreads();
     if (wg == 0) {  // producer
-        if constexpr (AWG_FWD_WGS == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x != 0) return;
         uint32_t g = 0;  // key blocks issued so far
         int n = 0;       // tiles so far
-        for (int tile = tile0; tile < ntiles; tile += tile_step, n++) {
+        for (int tile; (tile = awg_fwd_tile_index(n, tile0, tile_step)) < ntiles; n++) {
             int mb, h, b;
             awg_fwd_tile(tile, nmb, H, B, mb, h, b);
             const int kvh = h / (H / KVH), q0 = mb * AWG_FWD_BM;
-            const int nkb = WIDE ? (min(q0 + AWG_FWD_BM, T) - 1) / AWG_BN + 1 : mb + 1;
+            const int nkb = (min(q0 + AWG_FWD_BM, T) - 1) / AWG_BN + 1;
             const int qb = n % QBUF;
             if (n >= QBUF)  // the buffer's previous tile is done with it
                 hp_mbar_wait(qbars + 8 * (QBUF + qb), (uint32_t)(n / QBUF - 1) & 1u, AWG_TIMEOUT_NS);
@@ -277,23 +278,23 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         }
         return;
     }
-    if constexpr (AWG_FWD_WGS == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
     const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
     uint32_t g = 0;
     int n = 0;
-    for (int tile = tile0; tile < ntiles; tile += tile_step, n++) {
+    for (int tile; (tile = awg_fwd_tile_index(n, tile0, tile_step)) < ntiles; n++) {
         int mb, h, b;
         awg_fwd_tile(tile, nmb, H, B, mb, h, b);
         const int kvh = h / (H / KVH), q0 = mb * AWG_FWD_BM;
-        const int nkb = WIDE ? (min(q0 + AWG_FWD_BM, T) - 1) / AWG_BN + 1 : mb + 1;  // key blocks up to the last row
+        const int nkb = (min(q0 + AWG_FWD_BM, T) - 1) / AWG_BN + 1;  // key blocks up to the last row
         // consumer c: query rows q0 + 64 c .. + 63; this thread's rows r0 = .. + 16 warp + lane / 4 and r0 + 8
         const int r0 = q0 + 64 * c + 16 * warp + (lane >> 2), r1 = r0 + 8;
-        // the key blocks this warpgroup needs (WIDE: up to its own last row < T; none when all its rows are past T);
+        // the key blocks this warpgroup needs (up to its own last row < T; none when all its rows are past T);
         // the rest of the tile's blocks it only waits for and releases, keeping the ring's phases
         const int wq0 = q0 + 64 * c;
-        const int wg_nkb = WIDE ? (wq0 < T ? (min(wq0 + 64, T) - 1) / AWG_BN + 1 : 0) : nkb;
+        const int wg_nkb = wq0 < T ? (min(wq0 + 64, T) - 1) / AWG_BN + 1 : 0;
         // key block j goes into the KV cache from the first query block that loads it, by one warpgroup
-        const bool cache_wg = kc && h % (H / KVH) == 0 && (WIDE ? c == AWG_FWD_WGS - 1 : c == 0);
+        const bool cache_wg = kc && h % (H / KVH) == 0 && c == AWG_FWD_WGS - 1;
         const int qb = n % QBUF;
         const uint32_t aQ = sQ0 + qb * AWG_FWD_Q_BYTES + c * (64 * 128);  // this warpgroup's 64 Q rows (1024-aligned)
         float o[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -316,12 +317,12 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
                 hp_wgmma_wait<0>();
                 awg_fence_acc(sc);
             }
-            if (cache_wg && (WIDE ? (j * AWG_BN) / AWG_FWD_BM == mb : j == nkb - 1)) {  // this block into the cache
+            if (cache_wg && (j * AWG_BN) / AWG_FWD_BM == mb) {  // this block into the cache
                 hp_mbar_wait(bars + 8 * (AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
-                awg_fwd_cache_write(kc, vc, sK, sV, t, WIDE ? j * AWG_BN : q0, T, b, S, KVH, kvh);
+                awg_fwd_cache_write(kc, vc, sK, sV, t, j * AWG_BN, T, b, S, KVH, kvh);
             }
             float alpha[2];
-            awg_fwd_softmax(sc, m, l, alpha, WIDE ? j * AWG_BN + AWG_BN - 1 > wq0 : j == nkb - 1, j * AWG_BN, r0, r1, qd,
+            awg_fwd_softmax(sc, m, l, alpha, j * AWG_BN + AWG_BN - 1 > wq0, j * AWG_BN, r0, r1, qd,
                             scale_log2);
             awg_fwd_rescale(o, alpha);
             // O += P V: key step kk takes the scores' n8 blocks 2 kk and 2 kk + 1 as its A registers. All of P is
@@ -356,7 +357,7 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
             awg_fence_acc(sc);
             hp_mbar_arrive(bars + 8 * (2 * AWG_STAGES + s));  // this thread is done with the stage
         }
-        if constexpr (WIDE) {
+        {
             for (int j = wg_nkb; j < nkb; j++) {  // blocks past this warpgroup's rows: waited for, released
                 const int s = (g + j) % AWG_STAGES;
                 const uint32_t ph = ((g + j) / AWG_STAGES) & 1u;
@@ -396,158 +397,6 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
     }
 }
 
-#else
-// grid (ceil(T / AWG_FWD_BM), H, B), AWG_FWD_THREADS threads, AWG_SMEM_BYTES of dynamic shared memory.
-// A warpgroup issues S of the next key block right behind its P V, so the tensor cores get both back to back and
-// one wait per block is saved.
-static __global__ void __launch_bounds__(AWG_FWD_THREADS, 1)
-attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                      const __grid_constant__ CUtensorMap tmV, bf16 *__restrict__ out, float *__restrict__ lse, int T,
-                      int H, int KVH, float scale_log2, bf16 *__restrict__ kc, bf16 *__restrict__ vc, int S, int) {
-    extern __shared__ __align__(16) unsigned char awg_smem[];
-    const uint32_t base = (hp_smem_addr(awg_smem) + 1023u) & ~1023u;  // the 128-byte swizzle atom's alignment
-    constexpr bool WIDE = AWG_FWD_BM != AWG_BN;  // query blocks not aligned with key blocks (192 rows)
-    const uint32_t sQ = base, sK0 = base + AWG_FWD_Q_BYTES, sV0 = sK0 + AWG_STAGES * AWG_TILE_BYTES;
-    const uint32_t bars = sV0 + AWG_STAGES * AWG_TILE_BYTES;  // q_full, k_full[S], v_full[S], kv_empty[S]
-    const uint32_t q_full = bars;
-    const int mb = gridDim.x - 1 - blockIdx.x;  // the heaviest (latest) query blocks first
-    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH), q0 = mb * AWG_FWD_BM;
-    const int nkb = WIDE ? (min(q0 + AWG_FWD_BM, T) - 1) / AWG_BN + 1 : mb + 1;  // key blocks up to the last row
-    const int wg = threadIdx.x >> 7;
-    if (threadIdx.x == 0) {
-        hp_mbar_init(q_full, 1);
-        for (int s = 0; s < AWG_STAGES; s++) {
-            hp_mbar_init(bars + 8 * (1 + s), 1);                   // k_full[s]
-            hp_mbar_init(bars + 8 * (1 + AWG_STAGES + s), 1);      // v_full[s]
-            hp_mbar_init(bars + 8 * (1 + 2 * AWG_STAGES + s), 128 * AWG_FWD_WGS);  // kv_empty[s]: every consumer thread
-        }
-        hp_fence_barrier_init();
-    }
-    __syncthreads();
-    if (wg == 0) {  // producer
-        if constexpr (AWG_FWD_WGS == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-        if (threadIdx.x != 0) return;
-        hp_mbar_arrive_expect_tx(q_full, AWG_FWD_Q_BYTES);
-        hp_tma_load_2d(sQ, &tmQ, q_full, h * AWG_HD, b * T + q0);
-        for (int j = 0; j < nkb; j++) {
-            const int s = j % AWG_STAGES;
-            const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
-            const uint32_t k_full = bars + 8 * (1 + s), v_full = bars + 8 * (1 + AWG_STAGES + s);
-            hp_mbar_wait(bars + 8 * (1 + 2 * AWG_STAGES + s), ph ^ 1u, AWG_TIMEOUT_NS);  // the stage's last use is done
-            hp_mbar_arrive_expect_tx(k_full, AWG_TILE_BYTES);
-            hp_tma_load_2d(sK0 + s * AWG_TILE_BYTES, &tmK, k_full, kvh * AWG_HD, b * T + j * AWG_BN);
-            hp_mbar_arrive_expect_tx(v_full, AWG_TILE_BYTES);
-            hp_tma_load_2d(sV0 + s * AWG_TILE_BYTES, &tmV, v_full, kvh * AWG_HD, b * T + j * AWG_BN);
-        }
-        return;
-    }
-    if constexpr (AWG_FWD_WGS == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
-    // consumer c: query rows q0 + 64 c .. + 63; this thread's rows r0 = .. + 16 warp + lane / 4 and r0 + 8
-    const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
-    const int r0 = q0 + 64 * c + 16 * warp + (lane >> 2), r1 = r0 + 8;
-    // the key blocks this warpgroup needs (WIDE: up to its own last row < T; none when all its rows are past T); the
-    // rest of the CTA's blocks it only waits for and releases, keeping the ring's phases
-    const int wq0 = q0 + 64 * c;
-    const int wg_nkb = WIDE ? (wq0 < T ? (min(wq0 + 64, T) - 1) / AWG_BN + 1 : 0) : nkb;
-    // key block j goes into the KV cache from the first CTA that loads it, by its last warpgroup (WIDE)
-    const bool cache_wg = kc && h % (H / KVH) == 0 && (WIDE ? c == AWG_FWD_WGS - 1 : c == 0);
-    const uint32_t aQ = sQ + c * (64 * 128);  // this warpgroup's 64 Q rows (1024-aligned)
-    float o[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int i = 0; i < 32; i++) o[i] = 0.0f;
-    hp_mbar_wait(q_full, 0, AWG_TIMEOUT_NS);
-    float sc[64];
-    for (int j = 0; j < wg_nkb; j++) {
-        const int s = j % AWG_STAGES;
-        const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
-        const uint32_t sK = sK0 + s * AWG_TILE_BYTES, sV = sV0 + s * AWG_TILE_BYTES;
-        if (j == 0) {  // S = Q K^T (for j > 0 issued by the previous block's step)
-            hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
-            awg_fence_acc(sc);
-            hp_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < AWG_HD / 16; kk++)
-                awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK + 32 * kk), kk > 0 ? 1 : 0);
-            hp_wgmma_commit();
-            hp_wgmma_wait<0>();
-            awg_fence_acc(sc);
-        }
-        if (cache_wg && (WIDE ? (j * AWG_BN) / AWG_FWD_BM == mb : j == nkb - 1)) {  // this block into the cache
-            hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
-            awg_fwd_cache_write(kc, vc, sK, sV, t, WIDE ? j * AWG_BN : q0, T, b, S, KVH, kvh);
-        }
-        float alpha[2];
-        awg_fwd_softmax(sc, m, l, alpha, WIDE ? j * AWG_BN + AWG_BN - 1 > wq0 : j == nkb - 1, j * AWG_BN, r0, r1, qd,
-                        scale_log2);
-        awg_fwd_rescale(o, alpha);
-        // O += P V: key step kk takes the scores' n8 blocks 2 kk and 2 kk + 1 as its A registers. All of P is packed
-        // before the fence: a register that a wgmma reads must be written before the wgmma.fence that precedes it.
-        uint32_t pa[AWG_BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < AWG_BN / 16; kk++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) pa[kk][i] = tc_pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
-        hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
-        awg_fence_acc(o);
-        hp_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < AWG_BN / 16; kk++)
-            awg_wgmma_m64n64k16_rs(o, pa[kk], hp_desc_sw128(sV + 16 * 128 * kk, 1024));
-        hp_wgmma_commit();
-        if (j + 1 < wg_nkb) {  // S of the next block (its stage was released at the end of block j + 1 - AWG_STAGES)
-            const int s1 = (j + 1) % AWG_STAGES;
-            const uint32_t sK1 = sK0 + s1 * AWG_TILE_BYTES;
-            hp_mbar_wait(bars + 8 * (1 + s1), (uint32_t)((j + 1) / AWG_STAGES) & 1u, AWG_TIMEOUT_NS);
-            awg_fence_acc(sc);
-            hp_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < AWG_HD / 16; kk++)
-                awg_wgmma_m64n128k16_ss(sc, hp_desc_sw128(aQ + 32 * kk), hp_desc_sw128(sK1 + 32 * kk), kk > 0 ? 1 : 0);
-            hp_wgmma_commit();
-        }
-        hp_wgmma_wait<0>();
-        awg_fence_acc(o);
-        awg_fence_acc(sc);
-        hp_mbar_arrive(bars + 8 * (1 + 2 * AWG_STAGES + s));  // this thread is done with the stage
-    }
-    if constexpr (WIDE) {
-        for (int j = wg_nkb; j < nkb; j++) {  // blocks past this warpgroup's rows: waited for, released
-            const int s = j % AWG_STAGES;
-            const uint32_t ph = (uint32_t)(j / AWG_STAGES) & 1u;
-            hp_mbar_wait(bars + 8 * (1 + s), ph, AWG_TIMEOUT_NS);
-            hp_mbar_wait(bars + 8 * (1 + AWG_STAGES + s), ph, AWG_TIMEOUT_NS);
-            if (cache_wg && (j * AWG_BN) / AWG_FWD_BM == mb)
-                awg_fwd_cache_write(kc, vc, sK0 + s * AWG_TILE_BYTES, sV0 + s * AWG_TILE_BYTES, t, j * AWG_BN, T, b, S,
-                                    KVH, kvh);
-            hp_mbar_arrive(bars + 8 * (1 + 2 * AWG_STAGES + s));
-        }
-    }
-    // epilogue: normalize, the rows < T and their lse
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    }
-    const float inv0 = 1.0f / l[0], inv1 = 1.0f / l[1];
-    const size_t qs = (size_t)H * AWG_HD;
-    if (qd == 0) {
-        float *lrow = lse + ((size_t)b * H + h) * T;
-        if (r0 < T) lrow[r0] = m[0] * 0.69314718055994531f + logf(l[0]);
-        if (r1 < T) lrow[r1] = m[1] * 0.69314718055994531f + logf(l[1]);
-    }
-#pragma unroll
-    for (int jn = 0; jn < AWG_HD / 8; jn++) {
-        const int col = h * AWG_HD + jn * 8 + 2 * qd;
-        if (r0 < T)
-            *reinterpret_cast<uint32_t *>(out + ((size_t)b * T + r0) * qs + col) =
-                tc_pack_bf16x2(o[jn * 4 + 0] * inv0, o[jn * 4 + 1] * inv0);
-        if (r1 < T)
-            *reinterpret_cast<uint32_t *>(out + ((size_t)b * T + r1) * qs + col) =
-                tc_pack_bf16x2(o[jn * 4 + 2] * inv1, o[jn * 4 + 3] * inv1);
-    }
-}
-
-#endif
 
 // ------------------------------------------------------------------------------------------------
 // Backward (deterministic, two kernels, the same summation order on every run), after attn_bwd_preprocess
@@ -908,17 +757,11 @@ static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, 
                                        AWG_SMEM_BYTES));
         smem_set = 1;
     }
-    dim3 grid((unsigned)CEIL_DIV(T, AWG_FWD_BM), (unsigned)H, (unsigned)B);
-    if (AWG_FWD_PERSIST) {  // one CTA per SM (at most one per tile)
-        static int sms = 0;
-        if (!sms) {
-            int dev = 0;
-            cudaCheck(cudaGetDevice(&dev));
-            cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        }
-        const long long tiles = (long long)grid.x * H * B;
-        grid = dim3((unsigned)(tiles < sms ? tiles : sms), 1, 1);
-    }
+    int dev = 0, sms = 0;  // one CTA per SM (at most one per tile)
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const long long tiles = (long long)CEIL_DIV(T, AWG_FWD_BM) * H * B;
+    const dim3 grid((unsigned)(tiles < sms ? tiles : sms));
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)AWG_HD);
     attn_wgmma_fwd_kernel<<<grid, AWG_FWD_THREADS, AWG_SMEM_BYTES, stream>>>(mq, mk, mv, out, lse, T, H, KVH,
                                                                               scale_log2, kc, vc, S, B);

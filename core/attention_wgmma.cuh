@@ -34,8 +34,8 @@
 #define AWG_HD 64
 #define AWG_BM 128                            // the dQ kernel's query rows per CTA (2 consumer warpgroups x 64)
 #define AWG_BN 128                            // keys per block
-#ifndef AWG_STAGES  // (-D: dev A/B of the ring depth)
-#define AWG_STAGES 2
+#ifndef AWG_STAGES  // the forward's K, V ring depth (tuned: dev/RESULTS.md, Flash attention; -D: dev A/B)
+#define AWG_STAGES 3
 #endif
 #define AWG_THREADS 384                       // the backward kernels (a producer and two consumer warpgroups)
 #define AWG_TILE_BYTES (128 * AWG_HD * 2)     // 16384: a 128-row tile (the backward's Q, K, V, dO; a K or V stage)
@@ -209,15 +209,10 @@ __device__ __forceinline__ void awg_fwd_tile(int i, int nmb, int H, int B, int &
     b = r / H;
 }
 
-#ifndef AWG_FWD_SNAKE  // 1: rounds of tiles taken in alternating directions (-D: dev A/B)
-#define AWG_FWD_SNAKE 0
-#endif
-// The tile index of CTA x's n-th tile (G CTAs): round n of G tiles, taken in order x, or (AWG_FWD_SNAKE) in
-// alternating directions so that the CTA that took the heaviest tile of one round takes the lightest of the next.
-// Increasing in n for a fixed x, so a CTA stops at its first index >= the tile count.
-__device__ __forceinline__ int awg_fwd_tile_index(int n, int x, int G) {
-    return n * G + ((AWG_FWD_SNAKE && (n & 1)) ? G - 1 - x : x);
-}
+// The tile index of CTA x's n-th tile (G CTAs): round n of G tiles, taken in alternating directions, so that the
+// CTA that took the heaviest tile of one round takes the lightest of the next. Increasing in n for a fixed x, so a
+// CTA stops at its first index >= the tile count.
+__device__ __forceinline__ int awg_fwd_tile_index(int n, int x, int G) { return n * G + ((n & 1) ? G - 1 - x : x); }
 
 // Persistent: a 1-D grid of at most one CTA per SM, CTA x taking its tiles from awg_fwd_tile_index; the Q tile is
 // double-buffered, so the next tile's Q and first K, V blocks load while this tile's last blocks and epilogue run. AWG_FWD_THREADS threads,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of compile-time variants of the wgmma attention kernels in one call: each argument is a name=flags pair,
-#   bash dev/device/wg_variant.sh snake="-DAWG_FWD_SNAKE=1" s3="-DAWG_STAGES=3"        (carry deps-debs)
+#   bash dev/device/wg_variant.sh s2="-DAWG_STAGES=2" s4="-DAWG_STAGES=4"        (carry deps-debs)
 # builds bench_attention and gpu_test_attention with those flags beside the default build, runs every test binary
 # (float64 reference, determinism, wgmma launched), then the benches interleaved twice (default, variants,
 # default, variants), then PyTorch's SDPA. Log: $OUT/wg_variant.log.

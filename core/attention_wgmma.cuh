@@ -399,8 +399,8 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 // the forward; dS = P (dP - D) with P and dP in fp32; P and dS rounded to bf16 as the A operands of the
 // products with dO, Q and K. dK = scale * sum dS^T Q, dQ = scale * sum dS K, dV = sum P^T dO.
 //
-// dK/dV kernel: grid (ceil(T / 128), KVH, B), 384 threads. CTA: 128 keys of one (batch, kv head); its K and V tiles
-// stay in shared memory. It loops over the query heads of the group and, per head, the 128-row query blocks from
+// dK/dV kernel: grid (ceil(T / 128), KVH, B) in awg_bwd_block's order, 384 threads. CTA: 128 keys of one (batch,
+// kv head); its K and V tiles stay in shared memory. It loops over the query heads of the group and, per head, the 128-row query blocks from
 // the diagonal to T.
 //   warp 0 (producer; setmaxnreg 40): per step, the Q and dO tiles (128 x 64, TMA) and the block's lse * log2e and
 //     D (+inf and 0 past T: P = dS = 0 there) into a ring of AWG_BWD_STAGES stages.
@@ -408,8 +408,8 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 //     m64n128k16, both operands K-major), P^T and dS^T in registers, then dV += P^T dO and dK += dS^T Q (A from
 //     registers, B = the dO and Q tiles MN-major). The two warpgroups take turns issuing (ping-pong, above). A
 //     query block entirely before the warpgroup's keys is skipped (its turns are taken empty).
-// dQ kernel: grid (ceil(T / 128), H, B), 384 threads. CTA: 128 query rows of one (batch, head) (Q and dO loaded
-// once), looping over 128-key blocks up to the diagonal.
+// dQ kernel: grid (ceil(T / 128), H, B) in awg_bwd_block's order, 384 threads. CTA: 128 query rows of one (batch,
+// head) (Q and dO loaded once), looping over 128-key blocks up to the diagonal.
 //   thread 0 (producer): the K and V tiles (128 x 64) per block into the ring.
 //   warpgroups 1, 2 (64 rows each): S = Q K^T and dP = dO V^T (m64n128k16), dS in registers, dQ += dS K (B = K,
 //     MN-major).
@@ -417,12 +417,31 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 #ifndef AWG_BWD_STAGES  // the backward's ring depth; the forward's is AWG_STAGES (tuned: dev/RESULTS.md, Flash attention)
 #define AWG_BWD_STAGES 4
 #endif
+#ifndef AWG_BWD_HC  // (batch, head) pairs per chunk of the backward's block order (-D: dev A/B)
+#define AWG_BWD_HC 16
+#endif
 #define AWG_HALF_TILE_BYTES (64 * AWG_HD * 2)  // 8192: a 64-row tile
 #define AWG_DKDV_BQ 128  // query rows per step of the dK/dV kernel (m64n128 S^T and dP^T tiles)
 #define AWG_DKDV_SMEM_BYTES                                                                                         \
     (2 * AWG_TILE_BYTES + AWG_BWD_STAGES * (2 * AWG_DKDV_BQ * AWG_HD * 2 + 2 * AWG_DKDV_BQ * 4) +                    \
      8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
 #define AWG_DQ_SMEM_BYTES ((2 + 2 * AWG_BWD_STAGES) * AWG_TILE_BYTES + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
+
+// The backward kernels' block order over a grid (blocks per head, Y, Z): blocks are launched in chunks of
+// AWG_BWD_HC (y, z) pairs, and within a chunk by rank (0 = the heaviest block of a head) and then pair. The scheduler
+// then starts the heaviest blocks first and ends on the lightest, which shortens the tail (when heads come one after
+// another, the last head's heaviest block starts near the end), while the blocks running at once keep to ~AWG_BWD_HC
+// heads, whose Q and dO (or K and V) stay in L2. rank, y, z: this block's.
+__device__ __forceinline__ void awg_bwd_block(int &rank, int &y, int &z) {
+    const int nx = gridDim.x, ny = gridDim.y, pairs = ny * gridDim.z;
+    const int L = blockIdx.x + nx * (blockIdx.y + ny * blockIdx.z);
+    const int chunk = L / (nx * AWG_BWD_HC), r = L - chunk * nx * AWG_BWD_HC;
+    const int hc = min(AWG_BWD_HC, pairs - chunk * AWG_BWD_HC);  // pairs in this chunk (the last may have fewer)
+    const int p = chunk * AWG_BWD_HC + r % hc;
+    rank = r / hc;
+    y = p % ny;
+    z = p / ny;
+}
 
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
 attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmdO,
@@ -438,7 +457,9 @@ attn_wgmma_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid
     const uint32_t sL0 = sdO0 + AWG_BWD_STAGES * QT;  // [stage]: [BQ] lse * log2e, then [BQ] D
     const uint32_t bars = sL0 + AWG_BWD_STAGES * 2 * BQ * 4;  // kv_full, full[S], empty[S]
     float *const sLD = reinterpret_cast<float *>(awg_smem + (sL0 - raw));
-    const int nb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, group = H / KVH, k0 = nb * AWG_BN;
+    int nb, kvh, b;  // key block 0 (the most query blocks) is the heaviest
+    awg_bwd_block(nb, kvh, b);
+    const int group = H / KVH, k0 = nb * AWG_BN;
     const int i_begin = k0 / BQ, per_head = CEIL_DIV(T, BQ) - i_begin, n_it = group * per_head;  // blocks from k0
     const int wg = threadIdx.x >> 7;
     const uint32_t kv_full = bars;
@@ -593,8 +614,10 @@ attn_wgmma_bwd_dq_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_c
     constexpr uint32_t KT = AWG_TILE_BYTES;  // a K or V tile
     const uint32_t sV0 = sK0 + AWG_BWD_STAGES * KT;
     const uint32_t bars = sV0 + AWG_BWD_STAGES * KT;  // q_full, full[S], empty[S]
-    const int mb = gridDim.x - 1 - blockIdx.x;  // the heaviest (latest) query blocks first
-    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH), q0 = mb * AWG_BM;
+    int rank, h, b;
+    awg_bwd_block(rank, h, b);
+    const int mb = gridDim.x - 1 - rank;  // the latest query block (the most key blocks) is the heaviest
+    const int kvh = h / (H / KVH), q0 = mb * AWG_BM;
     const int nkb = min((q0 + AWG_BM) / KB, CEIL_DIV(T, KB));  // key blocks up to the diagonal
     const int wg = threadIdx.x >> 7;
     const uint32_t q_full = bars;

@@ -215,10 +215,10 @@ __device__ __forceinline__ void awg_fwd_tile(int i, int nmb, int H, int B, int &
 __device__ __forceinline__ int awg_fwd_tile_index(int n, int x, int G) { return n * G + ((n & 1) ? G - 1 - x : x); }
 
 // Persistent: a 1-D grid of at most one CTA per SM, CTA x taking its tiles from awg_fwd_tile_index; the Q tile is
-// double-buffered, so the next tile's Q and first K, V blocks load while this tile's last blocks and epilogue run. AWG_FWD_THREADS threads,
-// AWG_SMEM_BYTES of dynamic shared memory. A warpgroup issues S of the next key block right behind its P V, so the
-// tensor cores get both back to back and one wait per block is saved. Key blocks are counted across the CTA's
-// tiles (g) for the ring's stages and phases.
+// double-buffered, so the next tile's Q and first K, V blocks load while this tile's last blocks and epilogue run.
+// AWG_FWD_THREADS threads, AWG_SMEM_BYTES of dynamic shared memory. A warpgroup issues S of the next key block right
+// behind its P V, so the tensor cores get both back to back and one wait per block is saved. Key blocks are counted
+// across the CTA's tiles (g) for the ring's stages and phases.
 static __global__ void __launch_bounds__(AWG_FWD_THREADS, 1)
 attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV, bf16 *__restrict__ out, float *__restrict__ lse, int T,

@@ -34,8 +34,8 @@
 //   2. dX (one CTA per sparse row, ONE fp32 accumulator for dg Wg[n] + du Wu[n]).
 //   3. stable radix sort of the backward records by unit (cub, stable: token order within a unit), unit counts and
 //      offsets, segments of at most TT_SEG pairs and their descriptors.
-//   4. unit-major weight gradients: one CTA per (256-column slice, segment), slice-major so that the slice of X and
-//      dY in use stays in L2: dWg[n], dWu[n], dWdT[n] over the segment's pairs in token order, fp32; the first
+//   4. unit-major weight gradients: one warp per (256-column slice, segment), slice-major so that the slice of X
+//      and dY in use stays in L2: dWg[n], dWu[n], dWdT[n] over the segment's pairs in token order, fp32; the first
 //      segment writes (beta * dW + sum), later segments write partial sums that a second kernel adds in segment
 //      order: deterministic.
 //   5. dense rows (tt_dense_rows_bwd_kernel, as in the forward): recompute g, u from X by GEMM, dh GEMM, element-wise
@@ -544,32 +544,32 @@ static __global__ void tt_seg_desc_kernel(const int *__restrict__ unit_off, cons
     }
 }
 
-// One CTA of TT_WG_WARPS warps per (column slice of 256, segment), slice-major (blockIdx = slice * segs_grid +
-// segment): sums over the segment's pairs (token order) of dg X[r], du X[r], h dY[r] on the slice's columns.
-// Slice-major order keeps the concurrently running CTAs on one slice of X and dY (M x 256 x 2 x 2 B: 16.8 MB at
-// M 16384), which stays in L2. Warp w takes pairs w + TT_WG_WARPS j: lane l holds the sorted record of pair j = l of
-// the current chunk of 32 and the columns 8 l .. 8 l + 8; TT_WG_STEP pairs' rows are loaded before they are used. The warp
-// sums are added in warp order (fixed). A unit's first segment writes dWg[n] = beta dWg[n] + sum (likewise dWu) and
-// dWdT[n] = sum; a later segment writes its partial slot (added by tt_wgrad_reduce_kernel in segment order).
+// One warp per (column slice of 256, segment), slice-major (global warp index = slice * segs_grid + segment), so
+// that the warps running at once share one slice of X and dY (M x 256 x 2 x 2 B: 16.8 MB at M 16384), which stays in
+// L2. The warps of a CTA are independent (no shared memory, no barrier): lane l holds the sorted record of pair
+// q0 + l of the current chunk of 32 and the columns 8 l .. 8 l + 8, and the warp sums the segment's pairs in token
+// order (fixed), TT_WG_STEP pairs' X and dY rows loaded before they are used. A unit's first segment writes
+// dWg[n] = beta dWg[n] + sum (likewise dWu) and dWdT[n] = sum; a later segment writes its partial slot (added by
+// tt_wgrad_reduce_kernel in segment order).
 #define TT_WG_WARPS 4
-#define TT_WG_STEP 4  // pairs whose X and dY rows a warp has in flight at once
-static __global__ void __launch_bounds__(TT_WG_WARPS * 32, 4) tt_wgrad_kernel(
+#ifndef TT_WG_STEP  // pairs whose X and dY rows a warp has in flight at once (-D: dev A/B)
+#define TT_WG_STEP 4
+#endif
+static __global__ void __launch_bounds__(TT_WG_WARPS * 32) tt_wgrad_kernel(
     const bf16 *__restrict__ X, const bf16 *__restrict__ dY, const uint4 *__restrict__ pairs,
     const int4 *__restrict__ desc, const int *__restrict__ n_segs, int D, int gated, int accumulate, int segs_grid,
     float *__restrict__ dWg, float *__restrict__ dWu, float *__restrict__ dWdT, float *__restrict__ part) {
-    constexpr int NW = TT_WG_WARPS;
-    __shared__ float s_red[3][NW][256];
-    const int slice = blockIdx.x / segs_grid, b = blockIdx.x - slice * segs_grid;
-    if (b >= *n_segs) return;
+    const int lane = threadIdx.x & 31, gw = blockIdx.x * TT_WG_WARPS + (threadIdx.x >> 5);
+    const int slice = gw / segs_grid, b = gw - slice * segs_grid;
+    if (slice >= D / 256 || b >= *n_segs) return;
     const int4 sd = desc[b];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c0 = slice * 256 + 8 * lane;
+    const int c0 = slice * 256 + 8 * lane;
     float aa[8], ab[8], ad[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) aa[i] = ab[i] = ad[i] = 0.0f;
-    for (int q0 = 0; q0 < sd.y; q0 += 32 * NW) {
-        const int my = q0 + warp + NW * lane;
-        const uint4 rec = my < sd.y ? pairs[sd.x + my] : make_uint4(0, 0, 0, 0);
-        const int left = sd.y - q0 - warp, cn = left <= 0 ? 0 : min(32, (left + NW - 1) / NW);
+    for (int q0 = 0; q0 < sd.y; q0 += 32) {
+        const int cn = min(32, sd.y - q0);
+        const uint4 rec = lane < cn ? pairs[sd.x + q0 + lane] : make_uint4(0, 0, 0, 0);
         for (int j = 0; j < cn; j += TT_WG_STEP) {
             uint4 xv[TT_WG_STEP], yv[TT_WG_STEP];
             uint32_t dgu[TT_WG_STEP];
@@ -606,33 +606,32 @@ static __global__ void __launch_bounds__(TT_WG_WARPS * 32, 4) tt_wgrad_kernel(
             }
         }
     }
+    const size_t o = (size_t)sd.z * D + c0;
+    if (sd.w < 0) {
+        float *Wa = gated ? dWg : dWu;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        s_red[0][warp][8 * lane + j] = aa[j];
-        s_red[1][warp][8 * lane + j] = ab[j];
-        s_red[2][warp][8 * lane + j] = ad[j];
-    }
-    __syncthreads();
-    const int n = sd.z;
-    for (int t = threadIdx.x; t < 256; t += NW * 32) {  // column t of the slice
-        const int c = slice * 256 + t;
-        float sa = 0.0f, sb = 0.0f, sdd = 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; w++) {
-            sa += s_red[0][w][t];
-            sb += s_red[1][w][t];
-            sdd += s_red[2][w][t];
+        for (int i = 0; i < 8; i += 4) {
+            float4 va = make_float4(aa[i], aa[i + 1], aa[i + 2], aa[i + 3]);
+            float4 vb = make_float4(ab[i], ab[i + 1], ab[i + 2], ab[i + 3]);
+            if (accumulate) {
+                const float4 pa = *reinterpret_cast<const float4 *>(Wa + o + i);
+                va = make_float4(pa.x + va.x, pa.y + va.y, pa.z + va.z, pa.w + va.w);
+                if (gated) {
+                    const float4 pb = *reinterpret_cast<const float4 *>(dWu + o + i);
+                    vb = make_float4(pb.x + vb.x, pb.y + vb.y, pb.z + vb.z, pb.w + vb.w);
+                }
+            }
+            *reinterpret_cast<float4 *>(Wa + o + i) = va;
+            if (gated) *reinterpret_cast<float4 *>(dWu + o + i) = vb;
+            *reinterpret_cast<float4 *>(dWdT + o + i) = make_float4(ad[i], ad[i + 1], ad[i + 2], ad[i + 3]);
         }
-        if (sd.w < 0) {
-            float *Wa = gated ? dWg : dWu;
-            Wa[(size_t)n * D + c] = accumulate ? Wa[(size_t)n * D + c] + sa : sa;
-            if (gated) dWu[(size_t)n * D + c] = accumulate ? dWu[(size_t)n * D + c] + sb : sb;
-            dWdT[(size_t)n * D + c] = sdd;
-        } else {
-            float *q = part + (size_t)sd.w * 3 * D + c;
-            q[0] = sa;
-            q[D] = sb;
-            q[2 * D] = sdd;
+    } else {
+        float *q = part + (size_t)sd.w * 3 * D + c0;
+#pragma unroll
+        for (int i = 0; i < 8; i += 4) {
+            *reinterpret_cast<float4 *>(q + i) = make_float4(aa[i], aa[i + 1], aa[i + 2], aa[i + 3]);
+            *reinterpret_cast<float4 *>(q + D + i) = make_float4(ab[i], ab[i + 1], ab[i + 2], ab[i + 3]);
+            *reinterpret_cast<float4 *>(q + 2 * D + i) = make_float4(ad[i], ad[i + 1], ad[i + 2], ad[i + 3]);
         }
     }
 }
@@ -1020,9 +1019,9 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     tt_seg_desc_kernel<<<CEIL_DIV(F, 256), 256, 0, stream>>>(ws->unit_off, ws->seg_off, F, ws->seg_desc);
     cudaCheckLaunch();
     const int segs_grid = F + ws->part_slots;  // >= the segments of any pattern
-    tt_wgrad_kernel<<<(D / 256) * segs_grid, TT_WG_WARPS * 32, 0, stream>>>(X, dY, ws->bp_out, ws->seg_desc,
-                                                                           ws->seg_off + F, D, gated, accumulate,
-                                                                           segs_grid, dWg, dWu, ws->dwdT, ws->part);
+    tt_wgrad_kernel<<<CEIL_DIV((D / 256) * segs_grid, TT_WG_WARPS), TT_WG_WARPS * 32, 0, stream>>>(
+        X, dY, ws->bp_out, ws->seg_desc, ws->seg_off + F, D, gated, accumulate, segs_grid, dWg, dWu, ws->dwdT,
+        ws->part);
     cudaCheckLaunch();
     tt_wgrad_reduce_kernel<<<F, TT_THREADS, 0, stream>>>(ws->seg_off, D, gated, dWg, dWu, ws->dwdT, ws->part);
     cudaCheckLaunch();

@@ -553,7 +553,7 @@ static __global__ void tt_seg_desc_kernel(const int *__restrict__ unit_off, cons
 // tt_wgrad_reduce_kernel in segment order).
 #define TT_WG_WARPS 4
 #ifndef TT_WG_STEP  // pairs whose X and dY rows a warp has in flight at once (-D: dev A/B)
-#define TT_WG_STEP 4
+#define TT_WG_STEP 2
 #endif
 static __global__ void __launch_bounds__(TT_WG_WARPS * 32) tt_wgrad_kernel(
     const bf16 *__restrict__ X, const bf16 *__restrict__ dY, const uint4 *__restrict__ pairs,

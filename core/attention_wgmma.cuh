@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "cuda_common.cuh"
+#include "attention_sched.h"  // the tile and block orders
 #include "hopper.cuh"
 #include "tc_utils.cuh"  // tc_exp2, tc_pack_bf16x2
 
@@ -200,21 +201,7 @@ __device__ __forceinline__ void awg_fwd_cache_write(bf16 *__restrict__ kc, bf16 
     }
 }
 
-// Tiles (one query block of one (batch, head)) in the order of tile index i: the heaviest (latest) query blocks
-// first, mb = nmb - 1 - i / (H B), then the heads and the batch.
-__device__ __forceinline__ void awg_fwd_tile(int i, int nmb, int H, int B, int &mb, int &h, int &b) {
-    const int hb = H * B, r = i % hb;
-    mb = nmb - 1 - i / hb;
-    h = r % H;
-    b = r / H;
-}
-
-// The tile index of CTA x's n-th tile (G CTAs): round n of G tiles, taken in alternating directions, so that the
-// CTA that took the heaviest tile of one round takes the lightest of the next. Increasing in n for a fixed x, so a
-// CTA stops at its first index >= the tile count.
-__device__ __forceinline__ int awg_fwd_tile_index(int n, int x, int G) { return n * G + ((n & 1) ? G - 1 - x : x); }
-
-// Persistent: a 1-D grid of at most one CTA per SM, CTA x taking its tiles from awg_fwd_tile_index; the Q tile is
+// Persistent: a 1-D grid of at most one CTA per SM, CTA x taking its tiles from attn_fwd_tile_index; the Q tile is
 // double-buffered, so the next tile's Q and first K, V blocks load while this tile's last blocks and epilogue run.
 // AWG_FWD_THREADS threads, AWG_SMEM_BYTES of dynamic shared memory. A warpgroup issues S of the next key block right
 // behind its P V, so the tensor cores get both back to back and one wait per block is saved. Key blocks are counted
@@ -250,9 +237,9 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
         if (threadIdx.x != 0) return;
         uint32_t g = 0;  // key blocks issued so far
         int n = 0;       // tiles so far
-        for (int tile; (tile = awg_fwd_tile_index(n, tile0, tile_step)) < ntiles; n++) {
+        for (int tile; (tile = attn_fwd_tile_index(n, tile0, tile_step)) < ntiles; n++) {
             int mb, h, b;
-            awg_fwd_tile(tile, nmb, H, B, mb, h, b);
+            attn_fwd_tile(tile, nmb, H, B, &mb, &h, &b);
             const int kvh = h / (H / KVH), q0 = mb * AWG_FWD_BM;
             const int nkb = (min(q0 + AWG_FWD_BM, T) - 1) / AWG_BN + 1;
             const int qb = n % QBUF;
@@ -277,9 +264,9 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
     const int c = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31, qd = lane & 3;
     uint32_t g = 0;
     int n = 0;
-    for (int tile; (tile = awg_fwd_tile_index(n, tile0, tile_step)) < ntiles; n++) {
+    for (int tile; (tile = attn_fwd_tile_index(n, tile0, tile_step)) < ntiles; n++) {
         int mb, h, b;
-        awg_fwd_tile(tile, nmb, H, B, mb, h, b);
+        attn_fwd_tile(tile, nmb, H, B, &mb, &h, &b);
         const int kvh = h / (H / KVH), q0 = mb * AWG_FWD_BM;
         const int nkb = (min(q0 + AWG_FWD_BM, T) - 1) / AWG_BN + 1;  // key blocks up to the last row
         // consumer c: query rows q0 + 64 c .. + 63; this thread's rows r0 = .. + 16 warp + lane / 4 and r0 + 8
@@ -427,20 +414,10 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
      8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
 #define AWG_DQ_SMEM_BYTES ((2 + 2 * AWG_BWD_STAGES) * AWG_TILE_BYTES + 8 * (1 + 2 * AWG_BWD_STAGES) + 1024)
 
-// The backward kernels' block order over a grid (blocks per head, Y, Z): blocks are launched in chunks of
-// AWG_BWD_HC (y, z) pairs, and within a chunk by rank (0 = the heaviest block of a head) and then pair. The scheduler
-// then starts the heaviest blocks first and ends on the lightest, which shortens the tail (when heads come one after
-// another, the last head's heaviest block starts near the end), while the blocks running at once keep to ~AWG_BWD_HC
-// heads, whose Q and dO (or K and V) stay in L2. rank, y, z: this block's.
+// This block's rank (0 = the heaviest of its head), y, z in the backward kernels' block order (core/attention_sched.h).
 __device__ __forceinline__ void awg_bwd_block(int &rank, int &y, int &z) {
-    const int nx = gridDim.x, ny = gridDim.y, pairs = ny * gridDim.z;
-    const int L = blockIdx.x + nx * (blockIdx.y + ny * blockIdx.z);
-    const int chunk = L / (nx * AWG_BWD_HC), r = L - chunk * nx * AWG_BWD_HC;
-    const int hc = min(AWG_BWD_HC, pairs - chunk * AWG_BWD_HC);  // pairs in this chunk (the last may have fewer)
-    const int p = chunk * AWG_BWD_HC + r % hc;
-    rank = r / hc;
-    y = p % ny;
-    z = p / ny;
+    attn_bwd_block((int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), (int)gridDim.x,
+                   (int)gridDim.y, (int)gridDim.z, AWG_BWD_HC, &rank, &y, &z);
 }
 
 static __global__ void __launch_bounds__(AWG_THREADS, 1)

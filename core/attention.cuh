@@ -409,6 +409,33 @@ typedef struct {
     int S;
 } AttnKVCache;
 
+// acc = A B^T for the warp's 16 rows: A [16 x HD] the rows 16 warp .. of the shared tile sA (its fragments cached
+// in registers when CACHE), B [BM x HD] the shared tile (rows = queries): the backward's S^T = K Q^T and dP^T = V dO^T.
+template <int HD, int BM, int LD, bool CACHE>
+__device__ __forceinline__ void attn_mma_rows_tile_t(float (&acc)[BM / 8][4],
+                                                     const uint32_t (&cached)[CACHE ? HD / 16 : 1][4], const bf16 *sA,
+                                                     int warp, const bf16 *tile, int lane) {
+#pragma unroll
+    for (int i = 0; i < BM / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t af[4];
+        if (CACHE) {
+            af[0] = cached[CACHE ? kk : 0][0]; af[1] = cached[CACHE ? kk : 0][1];
+            af[2] = cached[CACHE ? kk : 0][2]; af[3] = cached[CACHE ? kk : 0][3];
+        } else {
+            attn_ldsm_a(af, sA, LD, warp * 16, kk * 16, lane);
+        }
+#pragma unroll
+        for (int np = 0; np < BM / 16; np++) {
+            uint32_t bfr[4];
+            attn_ldsm_bt(bfr, tile, LD, np * 16, kk * 16, lane);
+            tc_mma_bf16(acc[2 * np], af, bfr[0], bfr[1]);
+            tc_mma_bf16(acc[2 * np + 1], af, bfr[2], bfr[3]);
+        }
+    }
+}
+
 // acc[mt] += A[mt] B for each 16-row m-tile mt of the warp: A [16 MT x BN] bf16 from the fp32 accumulator
 // registers a[mt] (the layout of an mma.sync C fragment, rounded to bf16 as A fragments), B [BN x HD] the shared tile
 // (row stride LD, rows = keys). The forward's O += P V and the dq kernel's dQ += dS K.
@@ -717,25 +744,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq
 
         // S^T = K Q^T (16 keys x 64 queries per warp)
         float s[BM / 8][4];
-#pragma unroll
-        for (int i = 0; i < BM / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t af[4];
-            if (CACHE_KV) {
-                af[0] = kf[CACHE_KV ? kk : 0][0]; af[1] = kf[CACHE_KV ? kk : 0][1];
-                af[2] = kf[CACHE_KV ? kk : 0][2]; af[3] = kf[CACHE_KV ? kk : 0][3];
-            } else {
-                attn_ldsm_a(af, sK, LD, warp * 16, kk * 16, lane);
-            }
-#pragma unroll
-            for (int np = 0; np < BM / 16; np++) {
-                uint32_t bfr[4];
-                attn_ldsm_bt(bfr, cQ, LD, np * 16, kk * 16, lane);
-                tc_mma_bf16(s[2 * np], af, bfr[0], bfr[1]);
-                tc_mma_bf16(s[2 * np + 1], af, bfr[2], bfr[3]);
-            }
-        }
+        attn_mma_rows_tile_t<HD, BM, LD, CACHE_KV>(s, kf, sK, warp, cQ, lane);
         // P^T: rows = keys (key_a for e < 2, key_b otherwise), cols = queries q0 + nt*8 + 2t + (e&1)
         const bool need_mask = q0 < k0 + warp * 16 + 15;
 #pragma unroll
@@ -766,25 +775,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_kernel(float *dq
         }
         // dP^T = V dO^T
         float dpt[BM / 8][4];
-#pragma unroll
-        for (int i = 0; i < BM / 8; i++) dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t af[4];
-            if (CACHE_KV) {
-                af[0] = vf[CACHE_KV ? kk : 0][0]; af[1] = vf[CACHE_KV ? kk : 0][1];
-                af[2] = vf[CACHE_KV ? kk : 0][2]; af[3] = vf[CACHE_KV ? kk : 0][3];
-            } else {
-                attn_ldsm_a(af, sV, LD, warp * 16, kk * 16, lane);
-            }
-#pragma unroll
-            for (int np = 0; np < BM / 16; np++) {
-                uint32_t bfr[4];
-                attn_ldsm_bt(bfr, cdO, LD, np * 16, kk * 16, lane);
-                tc_mma_bf16(dpt[2 * np], af, bfr[0], bfr[1]);
-                tc_mma_bf16(dpt[2 * np + 1], af, bfr[2], bfr[3]);
-            }
-        }
+        attn_mma_rows_tile_t<HD, BM, LD, CACHE_KV>(dpt, vf, sV, warp, cdO, lane);
         // dS^T = P^T (dP^T - D); also to shared memory (bf16) for dQ
         bf16 *wdS = sdS + warp * 16 * LDS;
 #pragma unroll

@@ -436,35 +436,6 @@ __device__ __forceinline__ void attn_mma_rows_tile_t(float (&acc)[BM / 8][4],
     }
 }
 
-// acc[mt] += A[mt] B for each 16-row m-tile mt of the warp: A [16 MT x BN] bf16 from the fp32 accumulator
-// registers a[mt] (the layout of an mma.sync C fragment, rounded to bf16 as A fragments), B [BN x HD] the shared tile
-// (row stride LD, rows = keys). The forward's O += P V and the dq kernel's dQ += dS K.
-template <int HD, int MT, int BN, int LD>
-__device__ __forceinline__ void attn_mma_regs_tile(float (&acc)[MT][HD / 8][4], const float (&a)[MT][BN / 8][4],
-                                                   const bf16 *tile, int lane) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) {
-        uint32_t af[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            af[mt][0] = tc_pack_bf16x2(a[mt][2 * kk][0], a[mt][2 * kk][1]);
-            af[mt][1] = tc_pack_bf16x2(a[mt][2 * kk][2], a[mt][2 * kk][3]);
-            af[mt][2] = tc_pack_bf16x2(a[mt][2 * kk + 1][0], a[mt][2 * kk + 1][1]);
-            af[mt][3] = tc_pack_bf16x2(a[mt][2 * kk + 1][2], a[mt][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int dt = 0; dt < HD / 16; dt++) {
-            uint32_t bfr[4];
-            attn_ldsm_bn(bfr, tile, LD, kk * 16, dt * 16, lane);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                tc_mma_bf16(acc[mt][2 * dt], af[mt], bfr[0], bfr[1]);
-                tc_mma_bf16(acc[mt][2 * dt + 1], af[mt], bfr[2], bfr[3]);
-            }
-        }
-    }
-}
-
 template <int HD, int MT>
 static constexpr size_t attn_fwd_smem_bytes() {
     return (size_t)(64 * MT + 4 * ATTN_BN) * (HD + 8) * sizeof(bf16);
@@ -613,7 +584,28 @@ static __global__ void __launch_bounds__(ATTN_THREADS, MT == 1 ? 3 : 2)
                 o[mt][dt][3] *= alpha[1];
             }
         }
-        attn_mma_regs_tile<HD, MT, BN, LD>(o, s, cV, lane);  // O += P V
+        // O += P V
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                a[mt][0] = tc_pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = tc_pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = tc_pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = tc_pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dp = 0; dp < HD / 16; dp++) {
+                uint32_t bfr[4];
+                attn_ldsm_bn(bfr, cV, LD, kk * 16, dp * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    tc_mma_bf16(o[mt][2 * dp], a[mt], bfr[0], bfr[1]);
+                    tc_mma_bf16(o[mt][2 * dp + 1], a[mt], bfr[2], bfr[3]);
+                }
+            }
+        }
     }
 
     // epilogue: normalize, lse, stage this warp's rows in sQ (only this warp read them), 16-byte stores
@@ -985,7 +977,28 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 2)
                     s[mt][nt][e] = p * (dp[mt][nt][e] - Dr[mt][i]);
                 }
         }
-        attn_mma_regs_tile<HD, MT, BN, LD>(dqa, s, cK, lane);  // dQ += dS K (B[key][d] = K tile rows)
+        // dQ += dS K (A = dS from registers, B[key][d] = K tile rows)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                a[mt][0] = tc_pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = tc_pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = tc_pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = tc_pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dt = 0; dt < HD / 16; dt++) {
+                uint32_t bfr[4];
+                attn_ldsm_bn(bfr, cK, LD, kk * 16, dt * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    tc_mma_bf16(dqa[mt][2 * dt], a[mt], bfr[0], bfr[1]);
+                    tc_mma_bf16(dqa[mt][2 * dt + 1], a[mt], bfr[2], bfr[3]);
+                }
+            }
+        }
     }
 
     // epilogue: dq = scale * dQ, staged in this warp's rows of sQ (only this warp read them), 16-byte stores

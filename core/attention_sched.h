@@ -32,10 +32,11 @@ ATTN_SCHED_FN void attn_fwd_tile(int i, int nmb, int H, int B, int *mb, int *h, 
     *b = r / H;
 }
 
-// Linear block L of a grid (nx, ny, nz) -> rank (0 .. nx - 1; 0 = the heaviest block of a head), y, z; hc pairs
-// (y, z) per chunk (the last chunk may hold fewer).
-ATTN_SCHED_FN void attn_bwd_block(int L, int nx, int ny, int nz, int hc, int *rank, int *y, int *z) {
+// Block (x, y0, z0) of a grid (nx, ny, nz), linear index L = x + nx (y0 + ny z0) (x fastest) -> rank (0 .. nx - 1;
+// 0 = the heaviest block of a head), y, z; hc pairs (y, z) per chunk (the last chunk may hold fewer).
+ATTN_SCHED_FN void attn_bwd_block(int x, int y0, int z0, int nx, int ny, int nz, int hc, int *rank, int *y, int *z) {
     const int pairs = ny * nz;
+    const int L = x + nx * (y0 + ny * z0);
     const int chunk = L / (nx * hc), r = L - chunk * nx * hc;
     const int left = pairs - chunk * hc, n = left < hc ? left : hc;  // pairs in this chunk
     const int p = chunk * hc + r % n;

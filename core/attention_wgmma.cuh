@@ -416,8 +416,8 @@ attn_wgmma_fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
 
 // This block's rank (0 = the heaviest of its head), y, z in the backward kernels' block order (core/attention_sched.h).
 __device__ __forceinline__ void awg_bwd_block(int &rank, int &y, int &z) {
-    attn_bwd_block((int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), (int)gridDim.x,
-                   (int)gridDim.y, (int)gridDim.z, AWG_BWD_HC, &rank, &y, &z);
+    attn_bwd_block((int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)gridDim.x, (int)gridDim.y, (int)gridDim.z,
+                   AWG_BWD_HC, &rank, &y, &z);
 }
 
 static __global__ void __launch_bounds__(AWG_THREADS, 1)
@@ -752,9 +752,7 @@ static inline int attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, 
                                        AWG_SMEM_BYTES));
         smem_set = 1;
     }
-    int dev = 0, sms = 0;  // one CTA per SM (at most one per tile)
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = cuda_sm_count();  // one CTA per SM (at most one per tile)
     const long long tiles = (long long)CEIL_DIV(T, AWG_FWD_BM) * H * B;
     const dim3 grid((unsigned)(tiles < sms ? tiles : sms));
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)AWG_HD);

@@ -105,7 +105,7 @@ static void check_bwd_order(int nx, int ny, int nz, int hc) {
     int prev_rank = 0, prev_chunk = 0;
     for (int L = 0; L < n; L++) {
         int rank, y, z;
-        attn_bwd_block(L, nx, ny, nz, hc, &rank, &y, &z);
+        attn_bwd_block(L % nx, (L / nx) % ny, L / (nx * ny), nx, ny, nz, hc, &rank, &y, &z);
         assert_true(rank >= 0 && rank < nx && y >= 0 && y < ny && z >= 0 && z < nz);
         const int k = (z * ny + y) * nx + rank;
         assert_int_equal(seen[k], 0);
@@ -139,7 +139,7 @@ static long bwd_makespan(int nx, int ny, int nz, int hc, int sms) {
     long *t = (long *)calloc((size_t)sms, sizeof(long));
     for (int L = 0; L < nx * ny * nz; L++) {
         int rank, y, z, s = 0;
-        attn_bwd_block(L, nx, ny, nz, hc, &rank, &y, &z);
+        attn_bwd_block(L % nx, (L / nx) % ny, L / (nx * ny), nx, ny, nz, hc, &rank, &y, &z);
         for (int i = 1; i < sms; i++)
             if (t[i] < t[s]) s = i;
         t[s] += nx - rank + 1;

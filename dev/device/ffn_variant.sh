@@ -11,15 +11,12 @@ source dev/device/preamble.sh ffn_variant.log
 TESTS="gpu_test_twell_train gpu_test_train_sparse"
 make -j"$(nproc)" build/libsllm.a build/bench_ffn_train build/gpu_test_twell_train build/gpu_test_train_sparse \
   > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-D=.deps/usr/lib/x86_64-linux-gnu
-F="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. -Icore -Itest -I.deps/usr/include --expt-relaxed-constexpr"
-L="build/libsllm.a -L$D -Xlinker -rpath -Xlinker $PWD/$D -lcjson -lpcre2-8 -lm -lpthread -ldl -lcublasLt -lcublas -lcuda"
 names=""; pids=""
 for a in "$@"; do
   n=${a%%=*}; fl=${a#*=}; names="$names $n"
-  nvcc $F $fl dev/bench/bench_ffn_train.cu -o build/bench_ffn_train_$n $L >> "$OUT/build.log" 2>&1 & pids="$pids $!"
+  nvcc $VARIANT_NVCC $fl dev/bench/bench_ffn_train.cu -o build/bench_ffn_train_$n $VARIANT_LINK >> "$OUT/build.log" 2>&1 & pids="$pids $!"
   for t in $TESTS; do
-    nvcc $F $fl test/gpu/${t#gpu_}.cu -o build/${t}_$n $L -lcmocka >> "$OUT/build.log" 2>&1 & pids="$pids $!"
+    nvcc $VARIANT_NVCC $fl test/gpu/${t#gpu_}.cu -o build/${t}_$n $VARIANT_LINK -lcmocka >> "$OUT/build.log" 2>&1 & pids="$pids $!"
   done
 done
 for p in $pids; do wait $p || echo "a variant build failed (see build.log)"; done  # (a bare wait also waits for tee)

@@ -9,3 +9,8 @@ t0=$(date +%s)
 el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 [ -d .deps ] || bash scripts/deps_unpack.sh > /dev/null
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+# Building -D variants of a file beside the default build (wg_variant.sh, ffn_variant.sh), after build/libsllm.a:
+#   nvcc $VARIANT_NVCC $flags SRC -o OUT $VARIANT_LINK [-lcmocka]
+VARIANT_NVCC="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. -Icore -Itest -I.deps/usr/include --expt-relaxed-constexpr"
+VARIANT_LINK="build/libsllm.a -L.deps/usr/lib/x86_64-linux-gnu -Xlinker -rpath -Xlinker $PWD/.deps/usr/lib/x86_64-linux-gnu \
+  -lcjson -lpcre2-8 -lm -lpthread -ldl -lcublasLt -lcublas -lcuda"

@@ -33,7 +33,8 @@
 //      (row, dg, du, h, unit) and its sort key (the unit, from the pattern only).
 //   2. dX (one CTA per sparse row, ONE fp32 accumulator for dg Wg[n] + du Wu[n]).
 //   3. stable radix sort of the backward records by unit (cub, stable: token order within a unit), unit counts and
-//      offsets, segments of at most TT_SEG pairs and their descriptors.
+//      offsets, segments of at most TT_SEG pairs and their descriptors. Steps 3 and 4 run on a second stream of high
+//      priority (ws->side), beside step 2: they need only what dh wrote, and the L2 gathers of the two overlap.
 //   4. unit-major weight gradients: one warp per (256-column slice, segment), slice-major so that the slice of X
 //      and dY in use stays in L2: dWg[n], dWu[n], dWdT[n] over the segment's pairs in token order, fp32; the first
 //      segment writes (beta * dW + sum), later segments write partial sums that a second kernel adds in segment
@@ -100,6 +101,8 @@ typedef struct {
     bf16 *gate_scratch;  // cuBLASLt gate only: [gate_chunk, F]
     int gate_chunk;
     cudaEvent_t gate_done;  // cuBLASLt gate only: GEMM -> pack order inside twell_gate_chunk (one stream)
+    cudaStream_t side;      // backward: the weight-gradient chain's stream (high priority), beside dX on the caller's
+    cudaEvent_t fork_ev, join_ev;  // the fork after dh and the join before the dense rows
     MatmulContext *mm;   // the cuBLASLt gate only (not owned)
     int *cnt_elig;       // [max_M + 1]
     uint8_t *dense_flag; // [max_M]
@@ -712,17 +715,34 @@ static __global__ void __launch_bounds__(256, 1) tt_dense_rows_bwd_kernel(const 
     }
 }
 
-// dWd[d][f] = (accumulate ? dWd[d][f] : 0) + T[f][d]  (T [F, D]), 32 x 32 tiles.
-static __global__ void tt_transpose_add_kernel(const float *__restrict__ T, float *__restrict__ dWd, int F, int D,
-                                               int accumulate) {
-    __shared__ float tile[32][33];
-    const int f0 = blockIdx.y * 32, d0 = blockIdx.x * 32;
-    for (int i = threadIdx.y; i < 32; i += blockDim.y) tile[i][threadIdx.x] = T[(size_t)(f0 + i) * D + d0 + threadIdx.x];
+// dWd[d][f] = (accumulate ? dWd[d][f] : 0) + T[f][d]  (T [F, D]; F, D multiples of 64): 64 x 64 tiles, 256
+// threads, 16-byte loads and stores. Thread t reads the float4 at columns 4 (t % 16) of the tile's rows t / 16 + 16 i
+// and writes 4 rows of dWd, each a float4 of 4 consecutive f read down a column of the shared tile (padded: the 4
+// rows a thread reads fall in different banks).
+static __global__ void __launch_bounds__(256) tt_transpose_add_kernel(const float *__restrict__ T,
+                                                                     float *__restrict__ dWd, int F, int D,
+                                                                     int accumulate) {
+    __shared__ float tile[64][65];
+    const int f0 = blockIdx.y * 64, d0 = blockIdx.x * 64, t = threadIdx.x, c4 = 4 * (t & 15), r = t >> 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float4 v = *reinterpret_cast<const float4 *>(T + (size_t)(f0 + r + 16 * i) * D + d0 + c4);
+        tile[r + 16 * i][c4] = v.x;
+        tile[r + 16 * i][c4 + 1] = v.y;
+        tile[r + 16 * i][c4 + 2] = v.z;
+        tile[r + 16 * i][c4 + 3] = v.w;
+    }
     __syncthreads();
-    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-        float *p = dWd + (size_t)(d0 + i) * F + f0 + threadIdx.x;
-        const float v = tile[threadIdx.x][i];
-        *p = accumulate ? *p + v : v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {  // dWd row d0 + r + 16 i, columns f0 + c4 .. + 3
+        const int d = r + 16 * i;
+        float4 v = make_float4(tile[c4][d], tile[c4 + 1][d], tile[c4 + 2][d], tile[c4 + 3][d]);
+        float4 *p = reinterpret_cast<float4 *>(dWd + (size_t)(d0 + d) * F + f0 + c4);
+        if (accumulate) {
+            const float4 o = *p;
+            v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+        }
+        *p = v;
     }
 }
 
@@ -730,10 +750,13 @@ static __global__ void tt_transpose_add_kernel(const float *__restrict__ T, floa
 // Host API
 // ---------------------------------------------------------------------------------------------------
 // Stage events (ws->prof_on): forward 0 start, 1 gate, 2 classify/scan/select, 3 up+down, 4 dense rows, 5 stats;
-// backward 6 start, 7 dh, 8 dX, 9 sort/scans, 10 weight gradients, 11 dense rows, 12 transpose.
-enum { TT_PROF_N = 13 };
-static const char *const TT_PROF_NAMES[TT_PROF_N] = {"", "gate", "classify", "updown", "dense", "stats", "",
-                                                     "dh", "dX", "sort", "wgrad", "dense", "transp"};
+// backward 6 start, 7 dh, then beside each other 8 dX (caller's stream) and 9 sort/scans, 10 weight gradients
+// (ws->side), 11 the join (the weight-gradient chain's time past dX), 12 dense rows, 13 transpose. Stage q is timed
+// from event TT_PROF_FROM[q] of its own stream; the backward's stages 8-10 overlap, so they do not add up to it.
+enum { TT_PROF_N = 14 };
+static const char *const TT_PROF_NAMES[TT_PROF_N] = {"", "gate", "classify", "updown", "dense", "stats", "", "dh",
+                                                     "dX", "sort", "wgrad", "join", "dense", "transp"};
+static const int TT_PROF_FROM[TT_PROF_N] = {0, 0, 1, 2, 3, 4, 5, 6, 7, 7, 9, 8, 11, 12};
 static inline void tt_prof(TwTrainWS *ws, int i, cudaStream_t s) {
     if (ws->prof_on) cudaCheck(cudaEventRecord(ws->prof[i], s));
 }
@@ -773,6 +796,13 @@ static int twtrain_ws_init(TwTrainWS *ws, int max_M, int D, int F, int gated, in
     cudaCheck(cudaGetDevice(&dev));
     cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     ws->use_wgmma = major == 9;
+    {
+        int least = 0, greatest = 0;
+        cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        cudaCheck(cudaStreamCreateWithPriority(&ws->side, cudaStreamNonBlocking, greatest));
+        cudaCheck(cudaEventCreateWithFlags(&ws->fork_ev, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&ws->join_ev, cudaEventDisableTiming));
+    }
     const size_t M = max_M, P = ws->cap_pairs, Rc = ws->dense_chunk;
     cudaCheck(cudaMalloc(&ws->tw, M * (F / ws->C) * sizeof(uint32_t)));
     cudaCheck(cudaMalloc(&ws->ovf_flag, M * sizeof(int)));
@@ -844,6 +874,9 @@ static void twtrain_ws_free(TwTrainWS *ws) {
     if (ws->prof_on)
         for (int i = 0; i < TT_PROF_N; i++) cudaCheck(cudaEventDestroy(ws->prof[i]));
     if (ws->gate_done) cudaCheck(cudaEventDestroy(ws->gate_done));
+    if (ws->side) cudaCheck(cudaStreamDestroy(ws->side));
+    if (ws->fork_ev) cudaCheck(cudaEventDestroy(ws->fork_ev));
+    if (ws->join_ev) cudaCheck(cudaEventDestroy(ws->join_ev));
     memset(ws, 0, sizeof(*ws));
 }
 
@@ -999,6 +1032,11 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     }
     cudaCheckLaunch();
     tt_prof(ws, 7, stream);
+    // fork: dX on the caller's stream, the sort and the weight gradients on ws->side (they read what dh wrote and
+    // write nothing dX touches); the weight-gradient chain is the longer one, so its stream has the higher priority
+    const cudaStream_t ws_stream = ws->side;
+    cudaCheck(cudaEventRecord(ws->fork_ev, stream));
+    cudaCheck(cudaStreamWaitEvent(ws_stream, ws->fork_ev, 0));
     for (int half = 0; half < 2; half++) {
         tt_bwd_dx_kernel<<<M, TT_THREADS / 2, 0, stream>>>(Wg, Wu, ws->bp_in, st->row_ptr, st->row_cnt, D, gated,
                                                           half * D / 2, (half + 1) * D / 2, dX);
@@ -1008,35 +1046,37 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     // unit-major order: stable sort of the pool slots by unit (unused slots have key 0xFFFF and sort last)
     size_t bytes = ws->cub_bytes;
     cudaCheck(cub::DeviceRadixSort::SortPairs(ws->cub_tmp, bytes, ws->keys_in, ws->keys_out, ws->bp_in, ws->bp_out,
-                                              ws->cap_pairs, 0, 16, stream));
-    tt_seg_count_kernel<<<CEIL_DIV(F + 1, 256), 256, 0, stream>>>(ws->unit_cnt, ws->seg_cnt, F);
+                                              ws->cap_pairs, 0, 16, ws_stream));
+    tt_seg_count_kernel<<<CEIL_DIV(F + 1, 256), 256, 0, ws_stream>>>(ws->unit_cnt, ws->seg_cnt, F);
     cudaCheckLaunch();
     bytes = ws->cub_bytes;
-    cudaCheck(cub::DeviceScan::ExclusiveSum(ws->cub_tmp, bytes, ws->unit_cnt, ws->unit_off, F + 1, stream));
+    cudaCheck(cub::DeviceScan::ExclusiveSum(ws->cub_tmp, bytes, ws->unit_cnt, ws->unit_off, F + 1, ws_stream));
     bytes = ws->cub_bytes;
-    cudaCheck(cub::DeviceScan::ExclusiveSum(ws->cub_tmp, bytes, ws->seg_cnt, ws->seg_off, F + 1, stream));
-    tt_prof(ws, 9, stream);
-    tt_seg_desc_kernel<<<CEIL_DIV(F, 256), 256, 0, stream>>>(ws->unit_off, ws->seg_off, F, ws->seg_desc);
+    cudaCheck(cub::DeviceScan::ExclusiveSum(ws->cub_tmp, bytes, ws->seg_cnt, ws->seg_off, F + 1, ws_stream));
+    tt_prof(ws, 9, ws_stream);
+    tt_seg_desc_kernel<<<CEIL_DIV(F, 256), 256, 0, ws_stream>>>(ws->unit_off, ws->seg_off, F, ws->seg_desc);
     cudaCheckLaunch();
     const int segs_grid = F + ws->part_slots;  // >= the segments of any pattern
-    tt_wgrad_kernel<<<CEIL_DIV((D / 256) * segs_grid, TT_WG_WARPS), TT_WG_WARPS * 32, 0, stream>>>(
+    tt_wgrad_kernel<<<CEIL_DIV((D / 256) * segs_grid, TT_WG_WARPS), TT_WG_WARPS * 32, 0, ws_stream>>>(
         X, dY, ws->bp_out, ws->seg_desc, ws->seg_off + F, D, gated, accumulate, segs_grid, dWg, dWu, ws->dwdT,
         ws->part);
     cudaCheckLaunch();
-    tt_wgrad_reduce_kernel<<<F, TT_THREADS, 0, stream>>>(ws->seg_off, D, gated, dWg, dWu, ws->dwdT, ws->part);
+    tt_wgrad_reduce_kernel<<<F, TT_THREADS, 0, ws_stream>>>(ws->seg_off, D, gated, dWg, dWu, ws->dwdT, ws->part);
     cudaCheckLaunch();
-    tt_prof(ws, 10, stream);
+    tt_prof(ws, 10, ws_stream);
+    cudaCheck(cudaEventRecord(ws->join_ev, ws_stream));  // join: the dense rows add into the weight gradients
+    cudaCheck(cudaStreamWaitEvent(stream, ws->join_ev, 0));
+    tt_prof(ws, 11, stream);
     // dense rows (their count is on the device): one cooperative launch, accumulating into the weight gradients
     {
         TtDenseRows a = tt_dense_args(ws, st, X, dY, Wgate, Wu, WdT, dX);
         a.dWa = gated ? dWg : dWu; a.dWu = dWu; a.dWdT = ws->dwdT; a.l1_coef = l1_coef;
         tt_dense_launch((const void *)tt_dense_rows_bwd_kernel, ws->coop_grid_bwd, &a, stream);
     }
-    tt_prof(ws, 11, stream);
-    dim3 tb(32, 8), tg(D / 32, F / 32);
-    tt_transpose_add_kernel<<<tg, tb, 0, stream>>>(ws->dwdT, dWd, F, D, accumulate);
-    cudaCheckLaunch();
     tt_prof(ws, 12, stream);
+    tt_transpose_add_kernel<<<dim3(D / 64, F / 64), 256, 0, stream>>>(ws->dwdT, dWd, F, D, accumulate);
+    cudaCheckLaunch();
+    tt_prof(ws, 13, stream);
     return TWELL_OK;
 }
 

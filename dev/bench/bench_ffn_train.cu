@@ -120,7 +120,7 @@ int main(int argc, char **argv) {
                         for (int q = 1; q < TT_PROF_N; q++) {
                             if (q == 6) continue;
                             float sm;
-                            cudaCheck(cudaEventElapsedTime(&sm, ws.prof[q - 1], ws.prof[q]));
+                            cudaCheck(cudaEventElapsedTime(&sm, ws.prof[TT_PROF_FROM[q]], ws.prof[q]));
                             stage[q].push_back(sm);
                         }
                     (c == 0 ? td : c == 1 ? tsp : c == 2 ? tf : c == 3 ? tb : tg).push_back(ms);

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# A/B of compile-time variants of the decoding GEMV (core/gemv.cuh) in one call: each argument is a name=flags pair,
+#   bash dev/device/gemv_variant.sh p1="-DGEMV_CTAS_PER_SM=1" p2="-DGEMV_CTAS_PER_SM=2"       (carry deps-debs, and
+#   build/infer_base: a binary of another commit built on the dev box, timed beside them when present)
+# builds infer, gpu_test_infer and gpu_test_kernels with those flags beside the default build, runs the tests of every
+# build, then `infer --bench` (1 sample, prompt 256, 128 steps, SYNTHETIC 29) of every binary on PRESETS (default 0.5B
+# 2B), twice in turn, printing the replayed step's GPU time per FFN mode. Log: $OUT/gemv_variant.log.
+source dev/device/preamble.sh gemv_variant.log
+export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+TESTS="gpu_test_infer gpu_test_kernels"
+make -j"$(nproc)" build/libsllm.a build/infer build/gpu_test_infer build/gpu_test_kernels > "$OUT/build.log" 2>&1 \
+  || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+names=""; pids=""
+for a in "$@"; do
+  n=${a%%=*}; fl=${a#*=}; names="$names $n"
+  nvcc $VARIANT_NVCC $fl infer.cu -o build/infer_$n $VARIANT_LINK >> "$OUT/build.log" 2>&1 & pids="$pids $!"
+  for t in $TESTS; do
+    nvcc $VARIANT_NVCC $fl test/gpu/${t#gpu_}.cu -o build/${t}_$n $VARIANT_LINK -lcmocka >> "$OUT/build.log" 2>&1 & pids="$pids $!"
+  done
+done
+for p in $pids; do wait $p || echo "a variant build failed (see build.log)"; done
+echo "$(el) built"
+for n in "" $names; do
+  for t in $TESTS; do
+    b=${t}${n:+_$n}
+    timeout 200 ./build/$b > "$OUT/$b.txt" 2>&1
+    echo "$(el) $b rc=$?: $(grep -E "^\[  (PASSED|FAILED)" "$OUT/$b.txt" | tr '\n' ' ')"
+  done
+done
+bins=""; [ -x build/infer_base ] && bins="infer_base"; bins="$bins infer"; for n in $names; do bins="$bins infer_$n"; done
+for p in ${PRESETS:-0.5B 2B}; do
+  for rep in 1 2; do
+    for b in $bins; do
+      timeout 120 ./build/$b --preset $p --synthetic-nnz 29 --bench --samples 1 --prompt-len 256 --tokens 128 --reps 3 \
+        --energy-ms 0 > /tmp/g.txt 2>&1
+      echo "$(el) $b $p rc=$?: $(grep -E "^SYNTHETIC +(dense|sparse|auto) +[0-9.]+ ms/step on the GPU" /tmp/g.txt | awk '{print $2, $3}' | tr '\n' ' ')"
+    done
+  done
+done

@@ -35,9 +35,6 @@
 #define GEMV_WARPS 8    // warps (units) per CTA
 #define GEMV_MAX_M 4    // rows of x per call (x stays in shared memory: M * K * 2 bytes)
 #define GEMV_U 8        // 16-byte chunks per lane and weight row in flight (one step covers 2048 columns)
-#ifndef GEMV_CTAS_PER_SM  // dev A/B: > 0 caps the grid at this many CTAs per SM (each warp then loops over units)
-#define GEMV_CTAS_PER_SM 0
-#endif
 
 
 // The input rows: x [M, K] as given, or (gain != NULL) x = rmsnorm(a + b) * gain computed by every CTA for itself
@@ -58,9 +55,8 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
     __shared__ int s_count[GEMV_WARPS];
     __shared__ float s_red[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int KC = K >> 3, unit_stride = gridDim.x * GEMV_WARPS;
-    int unit = blockIdx.x * GEMV_WARPS + warp;
-    bool live = unit < units;
+    const int unit = blockIdx.x * GEMV_WARPS + warp, KC = K >> 3;
+    const bool live = unit < units;
     const uint4 *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++) wr[r] = reinterpret_cast<const uint4 *>(op.row(live ? unit : 0, r));
@@ -109,22 +105,14 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
         for (int i = threadIdx.x; i < M * KC; i += blockDim.x) gemv_xs[i] = xg[i];
     }
     __syncthreads();
-    __shared__ float s_op[Op::SMEM_FLOATS > 0 ? Op::SMEM_FLOATS : 1];
-    int count = 0;
-    op.init(s_op);
-    for (bool first = true; live; first = false) {  // this warp's units: unit, unit + unit_stride, ...
-    if (!first) {
-#pragma unroll
-        for (int r = 0; r < R; r++) wr[r] = reinterpret_cast<const uint4 *>(op.row(unit, r));
-    }
     float acc[M][R];
 #pragma unroll
     for (int m = 0; m < M; m++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[m][r] = 0.0f;
-    {
+    if (live) {
         for (int c0 = 0; c0 < KC; c0 += 32 * U) {
-            if (c0 > 0 || !first) {
+            if (c0 > 0) {
 #pragma unroll
                 for (int u = 0; u < U; u++)
 #pragma unroll
@@ -153,10 +141,9 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], o);
     }
-    count += op.template store<M>(unit, lane, acc, gemv_xs, KC, s_op);
-    unit += unit_stride;
-    live = unit < units;
-    }
+    __shared__ float s_op[Op::SMEM_FLOATS > 0 ? Op::SMEM_FLOATS : 1];
+    int count = 0;
+    if (live) count = op.template store<M>(unit, lane, acc, gemv_xs, KC, s_op);
     if constexpr (Op::COUNTS) {
         if (lane == 0) s_count[warp] = count;
         __syncthreads();
@@ -190,7 +177,6 @@ struct GemvRowsOp {
             }
         return 0;
     }
-    __device__ void init(float *) const {}
     __device__ void finish(int, float *) const {}
 };
 
@@ -220,24 +206,17 @@ struct GemvLogitsArgmaxOp {
                 const unsigned long long kr = argmax_key(acc[m][r], R * u + r);
                 k = kr > k ? kr : k;
             }
-            unsigned long long &kw = keys[warp * GEMV_MAX_M + m];  // the warp's best over its units
-            kw = k > kw ? k : kw;
+            keys[warp * GEMV_MAX_M + m] = k;
         }
         return 0;
-    }
-    // every warp's keys start at 0 (below every logit's key: a warp without units adds nothing)
-    __device__ void init(float *sm) const {
-        unsigned long long *keys = reinterpret_cast<unsigned long long *>(sm);
-        const int warp = threadIdx.x >> 5;
-        if ((threadIdx.x & 31) < GEMV_MAX_M) keys[warp * GEMV_MAX_M + (threadIdx.x & 31)] = 0ull;
-        __syncwarp();
     }
     __device__ void finish(int, float *sm) const {
         const unsigned long long *keys = reinterpret_cast<const unsigned long long *>(sm);
         const int m = threadIdx.x;
         if (m >= M) return;
+        const int live = min(GEMV_WARPS, (N / R) - (int)blockIdx.x * GEMV_WARPS);  // warps with a unit
         unsigned long long k = 0ull;
-        for (int w = 0; w < GEMV_WARPS; w++) k = keys[w * GEMV_MAX_M + m] > k ? keys[w * GEMV_MAX_M + m] : k;
+        for (int w = 0; w < live; w++) k = keys[w * GEMV_MAX_M + m] > k ? keys[w * GEMV_MAX_M + m] : k;
         if (k) atomicMax(best + m, k);
     }
 };
@@ -274,7 +253,6 @@ struct GemvFFNUpOp {
         if (fired && on) fired[u] = 1;
         return on;
     }
-    __device__ void init(float *) const {}
     __device__ void finish(int total, float *) const {
         if (threadIdx.x == 0 && nnz && total) atomicAdd(nnz, (unsigned long long)total);
     }
@@ -329,7 +307,6 @@ struct GemvQKVRopeOp {
         }
         return 0;
     }
-    __device__ void init(float *) const {}
     __device__ void finish(int, float *) const {}
 };
 
@@ -344,12 +321,6 @@ static inline bool gemv_fits(int M, int K, const void *x) {
            (size_t)M * K * 2 <= GEMV_MAX_SMEM;
 }
 
-// Ops whose finish writes per-CTA results (ONE_GROUP_PER_CTA) keep one CTA per GEMV_WARPS units.
-template <class Op>
-static constexpr bool gemv_one_group_per_cta(decltype(Op::ONE_GROUP_PER_CTA) *) { return Op::ONE_GROUP_PER_CTA; }
-template <class Op>
-static constexpr bool gemv_one_group_per_cta(...) { return false; }
-
 template <int M, int U, bool NORM, class Op>
 static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
     const size_t smem = (size_t)M * K * 2;
@@ -360,13 +331,8 @@ static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int un
         smem_set = smem;
     }
     cudaLaunchAttribute attr;
-    unsigned grid = (unsigned)((units + GEMV_WARPS - 1) / GEMV_WARPS);
-    if (GEMV_CTAS_PER_SM > 0 && !gemv_one_group_per_cta<Op>(0)) {  // a persistent grid: each warp loops over units (unit, + grid * GEMV_WARPS, ...)
-        static unsigned cap = 0;
-        if (!cap) cap = (unsigned)(GEMV_CTAS_PER_SM * cuda_sm_count());
-        grid = grid < cap ? grid : cap;
-    }
-    const cudaLaunchConfig_t cfg = pdl_launch_config(dim3(grid), dim3(32 * GEMV_WARPS), smem, 1, &attr, s);
+    const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)((units + GEMV_WARPS - 1) / GEMV_WARPS)),
+                                                     dim3(32 * GEMV_WARPS), smem, 1, &attr, s);
     cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in, K, units));
 }
 

@@ -373,7 +373,6 @@ struct TwellDecodeGemvGateOp {
     static constexpr int R = 2;
     static constexpr bool COUNTS = true;
     static constexpr int SMEM_FLOATS = 2 * GEMV_MAX_M * TWELL_DEC_GROUP;  // g, then h, of the group's units per row
-    static constexpr bool ONE_GROUP_PER_CTA = true;  // finish writes CTA blockIdx.x's list group: no persistent grid
     const bf16 *w1, *wu;  // wu NULL: non-gated (h = g)
     bf16 *g;
     int *cnt;
@@ -437,7 +436,6 @@ struct TwellDecodeGemvGateOp {
         }
         return on;
     }
-    __device__ void init(float *) const {}
     __device__ void finish(int total, float *sm) const {
         const int group = blockIdx.x, groups = F / TWELL_DEC_GROUP, m = threadIdx.x;
         if (m < M) {

@@ -31,7 +31,6 @@
 #include "argmax.cuh"
 #include "cuda_common.cuh"
 #include "kernel_utils.cuh"
-#include "kv_attention.cuh"
 
 #define GEMV_WARPS 8    // warps (units) per CTA
 #define GEMV_MAX_M 4    // rows of x per call (x stays in shared memory: M * K * 2 bytes)
@@ -42,21 +41,13 @@
 // (core/rmsnorm.cuh's function: s = bf16(a + b), rstd = 1 / sqrt(mean(s^2) + eps), x = bf16(s * rstd * gain); b may
 // be NULL: s = a), with CTA 0 writing s to res (when b and res are not NULL): the residual add and the norm of the
 // block run inside the next product instead of a kernel of their own.
-// Or (att_part != NULL) x = the decoding attention's output [M, H * hd], combined from the partials of
-// kv_decode_attention called with out == NULL (core/kv_attention.cuh's kv_decode_combine8: the same bits as its own
-// combine) by every CTA for itself, for the product with Wo: the ticket, the attention's last-block combine and the
-// round trip through its output leave the critical path.
 typedef struct {
     const bf16 *a, *b, *gain;  // a = x when gain == NULL
     bf16 *res;
     float eps;
-    const float *att_part;     // KvDecodeWork.part; a, b, gain, res unused
-    const int *att_pos;        // the position on the device (n = *att_pos + 1 keys), or NULL: att_pos0
-    int att_pos0, att_H, att_hd, att_splits;
 } GemvIn;
-enum { GEMV_X_PLAIN = 0, GEMV_X_NORM = 1, GEMV_X_ATT = 2 };  // how a CTA stages x (the kernel's XIN)
 
-template <int M, int U, int XIN, class Op>
+template <int M, int U, bool NORM, class Op>
 static __global__ void __launch_bounds__(32 * GEMV_WARPS)
 gemv_kernel(const Op op, const GemvIn in, int K, int units) {
     constexpr int R = Op::R;
@@ -79,7 +70,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
             w[r][u] = live && lane + 32 * u < KC ? __ldg(wr[r] + lane + 32 * u) : zero;
     pdl_launch_dependents();
     pdl_wait();
-    if constexpr (XIN == GEMV_X_NORM) {
+    if constexpr (NORM) {
         // s = bf16(a + b) into shared memory, the sum of squares per row, then x = bf16(s * rstd * gain) in place
         for (int m = 0; m < M; m++) {
             float ss = 0.0f;
@@ -108,14 +99,6 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
                 for (int i = 0; i < 8; i++) v[i] = v[i] * rs * g[i];
                 store8_bf16(p, v);
             }
-        }
-    } else if constexpr (XIN == GEMV_X_ATT) {
-        const int n = (in.att_pos ? *in.att_pos : in.att_pos0) + 1;
-        for (int i = threadIdx.x; i < M * KC; i += blockDim.x) {
-            const int m = i / KC, c = i - m * KC, h = 8 * c / in.att_hd, d0 = 8 * c - h * in.att_hd;
-            float o[8];
-            kv_decode_combine8(in.att_part, m, h, d0, n, in.att_H, in.att_hd, in.att_splits, o);
-            store8_bf16(reinterpret_cast<bf16 *>(gemv_xs + i), o);
         }
     } else {
         const uint4 *xg = reinterpret_cast<const uint4 *>(in.a);
@@ -338,35 +321,34 @@ static inline bool gemv_fits(int M, int K, const void *x) {
            (size_t)M * K * 2 <= GEMV_MAX_SMEM;
 }
 
-template <int M, int U, int XIN, class Op>
+template <int M, int U, bool NORM, class Op>
 static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
     const size_t smem = (size_t)M * K * 2;
     static size_t smem_set = 48 * 1024;  // the default limit; raised once as needed (per instantiation)
     if (smem > smem_set) {
-        cudaCheck(cudaFuncSetAttribute(gemv_kernel<M, U, XIN, Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(gemv_kernel<M, U, NORM, Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
         smem_set = smem;
     }
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)((units + GEMV_WARPS - 1) / GEMV_WARPS)),
                                                      dim3(32 * GEMV_WARPS), smem, 1, &attr, s);
-    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, XIN, Op>, op, in, K, units));
+    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in, K, units));
 }
 
-template <int U, int XIN, class Op>
-static inline void gemv_launch_m(const Op &op, const GemvIn &in, int M, int K, int units, cudaStream_t s) {
-    switch (M) {
-        case 1: gemv_launch_cfg<1, U, XIN>(op, in, K, units, s); break;
-        case 2: gemv_launch_cfg<2, U, XIN>(op, in, K, units, s); break;
-        case 3: gemv_launch_cfg<3, U, XIN>(op, in, K, units, s); break;
-        default: gemv_launch_cfg<4, U, XIN>(op, in, K, units, s); break;
-    }
-}
 template <int U, class Op>
 static inline void gemv_launch_u(const Op &op, const GemvIn &in, int M, int K, int units, cudaStream_t s) {
-    if (in.att_part) gemv_launch_m<U, GEMV_X_ATT>(op, in, M, K, units, s);
-    else if (in.gain) gemv_launch_m<U, GEMV_X_NORM>(op, in, M, K, units, s);
-    else gemv_launch_m<U, GEMV_X_PLAIN>(op, in, M, K, units, s);
+    const bool norm = in.gain != NULL;
+    switch (M * 2 + norm) {
+        case 2: gemv_launch_cfg<1, U, false>(op, in, K, units, s); break;
+        case 3: gemv_launch_cfg<1, U, true>(op, in, K, units, s); break;
+        case 4: gemv_launch_cfg<2, U, false>(op, in, K, units, s); break;
+        case 5: gemv_launch_cfg<2, U, true>(op, in, K, units, s); break;
+        case 6: gemv_launch_cfg<3, U, false>(op, in, K, units, s); break;
+        case 7: gemv_launch_cfg<3, U, true>(op, in, K, units, s); break;
+        case 8: gemv_launch_cfg<4, U, false>(op, in, K, units, s); break;
+        default: gemv_launch_cfg<4, U, true>(op, in, K, units, s); break;
+    }
 }
 
 // Runs op over `units` units on the input rows `in` (x [M, K], or the fused residual add + norm) as a programmatic

@@ -159,13 +159,9 @@ static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const 
 //   - one block: out = acc / l directly; several: each writes its (m_s, l_s, acc_s) to `part`, and the last block to
 //     finish (a ticket per (row, head)) combines them in block order: out = sum_s acc_s e^(m_s - M) / sum_s l_s
 //     e^(m_s - M), M = max_s m_s. Deterministic (fixed orders); the same function as kv_attention up to fp32 rounding.
-//   - out == NULL: every block writes its partials and ends there; the consumer combines them (kv_decode_combine8,
-//     the same arithmetic in the same order: the same bits). The decoding GEMV of Wo does so while it stages its
-//     input (core/gemv.cuh), which saves the ticket, the last block's combine and a round trip through `out`.
 // Work space (kv_decode_work_alloc): part [B, H, splits, hd + 2] fp32, tickets [B, H] int (zero between calls).
 #define KVD_KEYS 128
 #define KVD_MAX_CHUNKS 16  // hd / 8 <= 16 (hd <= 128)
-#define KVD_COMBINE_REGS 4  // kv_decode_combine8 holds up to this many blocks' partials in registers
 
 typedef struct {
     float *part;
@@ -257,8 +253,8 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
         for (int e = 0; e < 8; e++) acc_s[g * hd + 8 * c + e] = acc[e];
     }
     __syncthreads();
-    if (live == 1 && out) {  // one block of keys: no partials
-        bf16 *orow = out + ((size_t)b * H + h) * hd;
+    bf16 *orow = out + ((size_t)b * H + h) * hd;
+    if (live == 1) {  // one block of keys: no partials
         const float inv = 1.0f / sum;
         for (int d = t; d < hd; d += KVD_KEYS) {
             float o = 0.0f;
@@ -274,8 +270,6 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
         pp[(size_t)split * (hd + 2) + 2 + d] = o;
     }
     if (t == 0) { pp[(size_t)split * (hd + 2)] = mx; pp[(size_t)split * (hd + 2) + 1] = sum; }
-    if (!out) return;  // the consumer combines
-    bf16 *orow = out + ((size_t)b * H + h) * hd;
     __threadfence();  // the partials are visible before the ticket is taken
     __syncthreads();
     if (t == 0) s_last = atomicAdd(ticket + (size_t)b * H + h, 1) == live - 1;
@@ -297,69 +291,9 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     if (t == 0) ticket[(size_t)b * H + h] = 0;  // every live block has taken its ticket: ready for the next call
 }
 
-// The combined output of dims d0 .. d0 + 7 of (sequence b, head h) from the partials that kv_decode_attention wrote
-// with out == NULL (n = pos + 1 keys): out = kv_decode_attention's, bit for bit. part as KvDecodeWork.part.
-__device__ __forceinline__ void kv_decode_combine8(const float *part, int b, int h, int d0, int n, int H, int hd,
-                                                   int splits, float o[8]) {
-    const int live = (n + KVD_KEYS - 1) / KVD_KEYS;
-    const float *pp = part + ((size_t)b * H + h) * splits * (hd + 2);
-    if (live == 1) {
-        const float inv = 1.0f / __ldcg(pp + 1);
-#pragma unroll
-        for (int e = 0; e < 8; e++) o[e] = __ldcg(pp + 2 + d0 + e) * inv;
-        return;
-    }
-    // up to KVD_COMBINE_REGS blocks: every load issued at once (one round trip), then the same arithmetic
-    if (live <= KVD_COMBINE_REGS) {
-        float ms[KVD_COMBINE_REGS], ls[KVD_COMBINE_REGS], as[KVD_COMBINE_REGS][8];
-#pragma unroll
-        for (int s2 = 0; s2 < KVD_COMBINE_REGS; s2++)
-            if (s2 < live) {
-                const float *ps2 = pp + (size_t)s2 * (hd + 2);
-                ms[s2] = __ldcg(ps2);
-                ls[s2] = __ldcg(ps2 + 1);
-#pragma unroll
-                for (int e = 0; e < 8; e++) as[s2][e] = __ldcg(ps2 + 2 + d0 + e);
-            }
-        float M = -INFINITY;
-#pragma unroll
-        for (int s2 = 0; s2 < KVD_COMBINE_REGS; s2++)
-            if (s2 < live) M = fmaxf(M, ms[s2]);
-        float L = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; e++) o[e] = 0.0f;
-#pragma unroll
-        for (int s2 = 0; s2 < KVD_COMBINE_REGS; s2++)
-            if (s2 < live) {
-                const float wgt = __expf(ms[s2] - M);
-                L += ls[s2] * wgt;
-#pragma unroll
-                for (int e = 0; e < 8; e++) o[e] += as[s2][e] * wgt;
-            }
-#pragma unroll
-        for (int e = 0; e < 8; e++) o[e] = o[e] / L;
-        return;
-    }
-    float M = -INFINITY;
-    for (int s2 = 0; s2 < live; s2++) M = fmaxf(M, __ldcg(pp + (size_t)s2 * (hd + 2)));
-    float L = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; e++) o[e] = 0.0f;
-    for (int s2 = 0; s2 < live; s2++) {
-        const float *ps2 = pp + (size_t)s2 * (hd + 2);
-        const float wgt = __expf(__ldcg(ps2) - M);
-        L += __ldcg(ps2 + 1) * wgt;
-#pragma unroll
-        for (int e = 0; e < 8; e++) o[e] += __ldcg(ps2 + 2 + d0 + e) * wgt;
-    }
-#pragma unroll
-    for (int e = 0; e < 8; e++) o[e] = o[e] / L;
-}
-
 // One decoding step's attention: q [B, H, hd] (T = 1) over keys 0 .. pos of each sequence's cache (the newest key and
-// value already written), out [B, H, hd] (NULL: the partials only, in w->part, for kv_decode_combine8). pos = pos0,
-// or read on the device from pos0_dev (not NULL: a graph replayed at every position). A programmatic dependent
-// launch. w from kv_decode_work_alloc(B, H, S, hd).
+// value already written), out [B, H, hd]. pos = pos0, or read on the device from pos0_dev (not NULL: a graph replayed
+// at every position). A programmatic dependent launch. w from kv_decode_work_alloc(B, H, S, hd).
 static inline void kv_decode_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int B, int pos0,
                                        const int *pos0_dev, int S, int H, int KVH, int hd, KvDecodeWork *w,
                                        cudaStream_t stream) {

@@ -24,12 +24,11 @@
 // of a step can need a host sync: the dense mode, or B <= the TwELL decode path's rows (64).
 // Decoding steps of B <= GEMV_MAX_M (4) sequences run on core/gemv.cuh (infer_enqueue, step_gemv): per layer the
 // q/k/v kernel (the previous layer's residual add and this layer's norm in its prologue, RoPE and the cache write in
-// its epilogue), kv_decode_attention (keys split over CTAs, leaving per-block partials), Wo (combining those partials
-// while it stages its input), the FFN (dense: the up kernel with the residual add
+// its epilogue), kv_decode_attention (keys split over CTAs), Wo, the FFN (dense: the up kernel with the residual add
 // and norm inside, writing h, then the down; sparse: the TwELL decode path, its gate on the GEMV), then the LM head with
 // the final norm and, with greedy_dev, the greedy pick. Each kernel loads its first weights before waiting for the one
 // before it (programmatic dependent launches), so the weights stream across kernel boundaries: a step takes ~1.5x
-// the time to read the weights once on the H100, ~1.7x on the H200 (dev/RESULTS.md).
+// the time to read the weights once (dev/RESULTS.md).
 // AUTO calibration (calibrate = 1): the first call of a layer with >= INFER_CALIBRATE_MIN_ROWS rows fits that layer's
 // tile-path dispatch model on its own input (twell_ffn_calibrate; where every active unit is in an overflow row there
 // is nothing to fit and the measured sparse / dense ratio decides): the built-in model is fitted at D 2048, F 5632,
@@ -472,8 +471,8 @@ static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
     embedding_forward(m->x, m->tokens, infer_w(m, PARAM_EMBED, 0), N, D, s);
     const BlockShape bs = block_shape(c);
     // A decoding step of a few sequences runs its products on core/gemv.cuh, bound by the weights' bytes: q, k, v
-    // with RoPE and the cache write in one kernel, the dense FFN's h in one, the attention's split-key combine inside
-    // the Wo product, and each block's residual add + norm inside the product that reads it (the previous layer's x = xm + y and its norm in the q/k/v kernel, xm = x + y
+    // with RoPE and the cache write in one kernel, the dense FFN's h in one, and each block's residual add + norm
+    // inside the product that reads it (the previous layer's x = xm + y and its norm in the q/k/v kernel, xm = x + y
     // and its norm in the FFN's up kernel (dense mode), the final ones in the LM head), so ln and lnf stay unwritten.
     const int gemv = m->use_gemv && T == 1 && !first_chunk && gemv_fits(N, D, m->ln) &&
                      gemv_fits(N, Q, m->att) && gemv_fits(N, c->d_ff, m->ln) && D % 2 == 0 && V % 2 == 0;
@@ -497,14 +496,10 @@ static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
             const AttnKVCache cache = {kc, vc, S};
             if (!attention_forward(m->att, m->lse, q, k, v, B, T, H, KVH, hd, s, &cache))
                 kv_cache_write(kc, vc, k, v, B, T, 0, m->d_pos, S, KV, s);  // the simple path does not
-        } else if (T == 1) {  // on the GEMV, the attention leaves its partials for the Wo product to combine
-            kv_decode_attention(gemv ? NULL : m->att, q, kc, vc, B, 0, m->d_pos, S, H, KVH, hd, &m->kvd, s);
-        } else kv_attention(m->att, q, kc, vc, B, T, 0, m->d_pos, S, H, KVH, hd, s);
+        } else if (T == 1) kv_decode_attention(m->att, q, kc, vc, B, 0, m->d_pos, S, H, KVH, hd, &m->kvd, s);
+        else kv_attention(m->att, q, kc, vc, B, T, 0, m->d_pos, S, H, KVH, hd, s);
         if (gemv) {
-            GemvIn ain = gemv_in(NULL);  // x = the attention's output, combined from its partials while staged
-            ain.att_part = m->kvd.part; ain.att_pos = m->d_pos;
-            ain.att_H = H; ain.att_hd = hd; ain.att_splits = m->kvd.splits;
-            gemv_rows(m->y, ain, w.wo, N, D, Q, s);
+            gemv_rows(m->y, gemv_in(m->att), w.wo, N, D, Q, s);
             if (m->ffn == INFER_FFN_DENSE) {  // xm = x + y and its norm inside the FFN's up kernel
                 const GemvIn in = {m->x, m->y, w.ffn_norm, m->xm, eps};
                 infer_ffn_dense_gemv(m, &bs, &w, in, m->h, N, m->nnz + l, m->fired + (size_t)l * bs.F);

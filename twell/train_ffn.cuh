@@ -369,6 +369,106 @@ static __global__ void __launch_bounds__(32 * DV, 1) tt_pair_dot_kernel(
     }
 }
 
+#ifndef TT_DOT_PER_WARP  // 1: tt_pair_dot_warp_kernel instead of tt_pair_dot_kernel (-D: dev A/B)
+#define TT_DOT_PER_WARP 0
+#endif
+#ifndef TT_DW_STEP  // pairs whose weight rows a warp of tt_pair_dot_warp_kernel loads at once (D <= 2048; one above)
+#define TT_DW_STEP 2
+#endif
+#define TT_DW_WARPS 4  // rows (one warp each) per CTA of tt_pair_dot_warp_kernel
+// tt_pair_dot_kernel's work with one independent warp per sparse row (no shared-memory partials, no barrier): lane l
+// holds V[r] at the columns 256 q + 8 l (q < DV) in registers and, per pair, the same columns of its weight row
+// (TT_DW_STEP rows loaded before they are used); its dot products over the whole row are summed per lane, eight
+// pairs' sums at a time over the warp by tt_warp_sum8, and lane 4 j writes pair k + j's outputs as
+// tt_pair_dot_kernel does. UP: the warp parses its row's TwELL tiles into its own shared-memory list first.
+template <int DV, int MODE>
+static __global__ void __launch_bounds__(32 * TT_DW_WARPS) tt_pair_dot_warp_kernel(
+    const bf16 *__restrict__ V, const bf16 *__restrict__ W, uint2 *__restrict__ recs, const int *__restrict__ row_ptr,
+    const int *__restrict__ row_cnt, const uint32_t *__restrict__ tw, int tiles, int words,
+    uint8_t *__restrict__ fired, int gated, float l1_coef, float *__restrict__ row_l1, uint4 *__restrict__ bpair,
+    uint16_t *__restrict__ keys, int *__restrict__ unit_cnt, int M) {
+    constexpr int D = DV * 256, STEP = DV <= 8 ? TT_DW_STEP : 1;
+    __shared__ uint2 s_rec_all[TT_DW_WARPS][TT_ROW_SMEM];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = blockIdx.x * TT_DW_WARPS + warp;
+    if (r >= M) return;
+    const int n = row_cnt[r];
+    if (n < 0 || (MODE == TT_DOT_DH && n == 0)) return;  // dense row (or nothing to do)
+    const int base = row_ptr[r];
+    uint2 *s_rec = s_rec_all[warp];
+    if (MODE == TT_DOT_UP) {  // the row's TwELL entries -> s_rec (column order), fired
+        const uint32_t *row = tw + (size_t)r * tiles * words;
+        int tc, toff;
+        tt_tile_offsets(row, tiles, words, lane, &tc, &toff);
+        for (int t = 0; t < tiles; t++) {
+            const int cnt_t = __shfl_sync(0xffffffffu, tc, t), off_t = __shfl_sync(0xffffffffu, toff, t);
+            if (lane < cnt_t) {
+                const uint2 e = tt_tw_entry(row, t, lane, words);
+                s_rec[off_t + lane] = e;
+                if (!fired[e.x]) fired[e.x] = 1;
+            }
+        }
+    } else {
+        for (int i = lane; i < n; i += 32) s_rec[i] = recs[base + i];
+    }
+    __syncwarp();
+    uint4 v[DV];
+#pragma unroll
+    for (int q = 0; q < DV; q++) v[q] = *reinterpret_cast<const uint4 *>(V + (size_t)r * D + 256 * q + 8 * lane);
+    float l1 = 0.0f;
+    for (int k = 0; k < n; k += 8) {
+        float p[8];
+#pragma unroll
+        for (int j = 0; j < 8; j += STEP) {
+            uint4 w[STEP][DV];
+#pragma unroll
+            for (int i = 0; i < STEP; i++) {
+                const int kk = k + j + i < n ? k + j + i : k;  // past the row: pair k again (an L1 hit, unused)
+                const bf16 *wr = W + (size_t)s_rec[kk].x * D + 8 * lane;
+#pragma unroll
+                for (int q = 0; q < DV; q++) w[i][q] = tt_ldg16(wr + 256 * q);
+            }
+#pragma unroll
+            for (int i = 0; i < STEP; i++) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int q = 0; q < DV; q++) acc = dot8_bf16(w[i][q], v[q], acc);
+                p[j + i] = acc;
+            }
+        }
+        const float s = tt_warp_sum8(p, lane);
+        const int j = (lane >> 2) & 7, slot = base + k + j;
+        if ((lane & 3) != 0 || k + j >= n) continue;
+        const uint2 rec = s_rec[k + j];
+        if (MODE == TT_DOT_UP) {
+            const uint32_t ub = __bfloat16_as_ushort(__float2bfloat16_rn(s));
+            l1 += fabsf(tt_bf(rec.y & 0xFFFFu) * tt_bf(ub));
+            recs[slot] = make_uint2(rec.x, (rec.y & 0xFFFFu) | (ub << 16));
+        } else {
+            const float dh = round_bf16(s), g = tt_bf(rec.y & 0xFFFFu);
+            uint32_t dgu;
+            float h;
+            if (gated) {
+                const float u = tt_bf(rec.y >> 16);
+                const float sg = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
+                const float dt = dh + l1_coef * sg;
+                dgu = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dt * u)) |
+                      ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dt * g)) << 16);
+                h = round_bf16(g * u);
+            } else {
+                dgu = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dh + l1_coef));
+                h = g;
+            }
+            bpair[slot] = make_uint4((uint32_t)r, dgu, __float_as_uint(h), rec.x);
+            keys[slot] = (uint16_t)rec.x;
+            atomicAdd(&unit_cnt[rec.x], 1);
+        }
+    }
+    if (MODE == TT_DOT_UP) {
+        l1 = warp_sum(l1);
+        if (lane == 0) row_l1[r] = l1;
+    }
+}
+
 // One CTA per sparse row: Y[r] = sum_k h_k WdT[n_k] (fp32), h = bf16(g u) (non-gated: g) from the records. A kernel
 // of its own (not fused with the up): its working set (WdT, 23 MB at the paper's shape) stays in L2.
 static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_down_kernel(const bf16 *__restrict__ WdT,
@@ -977,9 +1077,14 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
         switch (D / 256) {
 #define TT_FWD(DV)                                                                                                   \
     case DV:                                                                                                         \
-        tt_pair_dot_kernel<DV, TT_DOT_UP><<<M, 32 * DV, 0, stream>>>(X, Wu, st->recs, st->row_ptr, st->row_cnt,      \
-                                                                     ws->tw, tiles, words, fired, 1, 0.0f,         \
-                                                                     ws->row_l1, NULL, NULL, NULL);                \
+        if (TT_DOT_PER_WARP)                                                                                         \
+            tt_pair_dot_warp_kernel<DV, TT_DOT_UP><<<CEIL_DIV(M, TT_DW_WARPS), 32 * TT_DW_WARPS, 0, stream>>>(        \
+                X, Wu, st->recs, st->row_ptr, st->row_cnt, ws->tw, tiles, words, fired, 1, 0.0f, ws->row_l1, NULL,     \
+                NULL, NULL, M);                                                                                      \
+        else                                                                                                         \
+            tt_pair_dot_kernel<DV, TT_DOT_UP><<<M, 32 * DV, 0, stream>>>(X, Wu, st->recs, st->row_ptr, st->row_cnt,  \
+                                                                         ws->tw, tiles, words, fired, 1, 0.0f,     \
+                                                                         ws->row_l1, NULL, NULL, NULL);            \
         break;
             TT_FWD(1) TT_FWD(2) TT_FWD(4) TT_FWD(8) TT_FWD(16)
 #undef TT_FWD
@@ -1022,9 +1127,15 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     switch (D / 256) {
 #define TT_DH(DV)                                                                                                    \
     case DV:                                                                                                         \
-        tt_pair_dot_kernel<DV, TT_DOT_DH><<<M, 32 * DV, 0, stream>>>(dY, WdT, st->recs, st->row_ptr, st->row_cnt,    \
-                                                                     NULL, 0, 0, NULL, gated, l1_coef, NULL,       \
-                                                                     ws->bp_in, ws->keys_in, ws->unit_cnt);        \
+        if (TT_DOT_PER_WARP)                                                                                         \
+            tt_pair_dot_warp_kernel<DV, TT_DOT_DH><<<CEIL_DIV(M, TT_DW_WARPS), 32 * TT_DW_WARPS, 0, stream>>>(        \
+                dY, WdT, st->recs, st->row_ptr, st->row_cnt, NULL, 0, 0, NULL, gated, l1_coef, NULL, ws->bp_in,        \
+                ws->keys_in, ws->unit_cnt, M);                                                                       \
+        else                                                                                                         \
+            tt_pair_dot_kernel<DV, TT_DOT_DH><<<M, 32 * DV, 0, stream>>>(dY, WdT, st->recs, st->row_ptr,             \
+                                                                         st->row_cnt, NULL, 0, 0, NULL, gated,     \
+                                                                         l1_coef, NULL, ws->bp_in, ws->keys_in,    \
+                                                                         ws->unit_cnt);                            \
         break;
         TT_DH(1) TT_DH(2) TT_DH(4) TT_DH(8) TT_DH(16)
 #undef TT_DH

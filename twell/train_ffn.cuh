@@ -126,6 +126,12 @@ typedef struct {
     int split_F, split_D;              // split-K parts of their GEMMs with N = F and N = D (tt_split_count)
 } TwTrainWS;
 
+// TT_SORT_IDX: the pool indices 0 .. cap - 1 (written once) and the same sorted by unit, in bp_out's memory.
+static inline uint32_t *tt_sort_idx_in(const TwTrainWS *ws) { return reinterpret_cast<uint32_t *>(ws->bp_out); }
+static inline uint32_t *tt_sort_idx_out(const TwTrainWS *ws) {
+    return reinterpret_cast<uint32_t *>(ws->bp_out) + ws->cap_pairs;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Forward kernels
 // ---------------------------------------------------------------------------------------------------
@@ -621,6 +627,12 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_bwd_dx_kernel(
     }
 }
 
+// idx[i] = i (TT_SORT_IDX's pool indices).
+static __global__ void tt_iota_kernel(uint32_t *__restrict__ idx, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) idx[i] = (uint32_t)i;
+}
+
 // Segments per unit: max(1, ceil(cnt / TT_SEG)) (every unit has a first segment: it writes dW even with no pairs).
 static __global__ void tt_seg_count_kernel(int *__restrict__ unit_cnt, int *__restrict__ seg_cnt, int F) {
     const int n = blockIdx.x * blockDim.x + threadIdx.x;
@@ -654,14 +666,18 @@ static __global__ void tt_seg_desc_kernel(const int *__restrict__ unit_off, cons
 // order (fixed), TT_WG_STEP pairs' X and dY rows loaded before they are used. A unit's first segment writes
 // dWg[n] = beta dWg[n] + sum (likewise dWu) and dWdT[n] = sum; a later segment writes its partial slot (added by
 // tt_wgrad_reduce_kernel in segment order).
+#ifndef TT_SORT_IDX  // 1: the sort moves 4-byte pool indices (kept in bp_out's memory), not the 16-byte records,
+#define TT_SORT_IDX 0  // and the weight-gradient kernel reads each record through its index (-D: dev A/B)
+#endif
 #define TT_WG_WARPS 4
 #ifndef TT_WG_STEP  // pairs whose X and dY rows a warp has in flight at once (-D: dev A/B)
 #define TT_WG_STEP 2
 #endif
 static __global__ void __launch_bounds__(TT_WG_WARPS * 32) tt_wgrad_kernel(
     const bf16 *__restrict__ X, const bf16 *__restrict__ dY, const uint4 *__restrict__ pairs,
-    const int4 *__restrict__ desc, const int *__restrict__ n_segs, int D, int gated, int accumulate, int segs_grid,
-    float *__restrict__ dWg, float *__restrict__ dWu, float *__restrict__ dWdT, float *__restrict__ part) {
+    const uint32_t *__restrict__ order, const int4 *__restrict__ desc, const int *__restrict__ n_segs, int D,
+    int gated, int accumulate, int segs_grid, float *__restrict__ dWg, float *__restrict__ dWu,
+    float *__restrict__ dWdT, float *__restrict__ part) {
     const int lane = threadIdx.x & 31, gw = blockIdx.x * TT_WG_WARPS + (threadIdx.x >> 5);
     const int slice = gw / segs_grid, b = gw - slice * segs_grid;
     if (slice >= D / 256 || b >= *n_segs) return;
@@ -672,7 +688,11 @@ static __global__ void __launch_bounds__(TT_WG_WARPS * 32) tt_wgrad_kernel(
     for (int i = 0; i < 8; i++) aa[i] = ab[i] = ad[i] = 0.0f;
     for (int q0 = 0; q0 < sd.y; q0 += 32) {
         const int cn = min(32, sd.y - q0);
+#if TT_SORT_IDX  // pairs in pool order, order[]: their indices sorted by unit
+        const uint4 rec = lane < cn ? pairs[order[sd.x + q0 + lane]] : make_uint4(0, 0, 0, 0);
+#else
         const uint4 rec = lane < cn ? pairs[sd.x + q0 + lane] : make_uint4(0, 0, 0, 0);
+#endif
         for (int j = 0; j < cn; j += TT_WG_STEP) {
             uint4 xv[TT_WG_STEP], yv[TT_WG_STEP];
             uint32_t dgu[TT_WG_STEP];
@@ -956,8 +976,16 @@ static int twtrain_ws_init(TwTrainWS *ws, int max_M, int D, int F, int gated, in
     cudaCheck(cub::DeviceScan::ExclusiveSum(NULL, b1, ws->cnt_elig, ws->cnt_elig, max_M + 1));
     cudaCheck(cub::DeviceSelect::Flagged(NULL, b2, thrust::counting_iterator<int>(0), ws->dense_flag, ws->ovf_list,
                                          ws->ovf_flag, max_M));
-    cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, b3, ws->keys_in, ws->keys_out, ws->bp_in, ws->bp_out,
-                                              ws->cap_pairs, 0, 16));
+    if (TT_SORT_IDX) {
+        cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, b3, ws->keys_in, ws->keys_out, tt_sort_idx_in(ws),
+                                                  tt_sort_idx_out(ws), ws->cap_pairs, 0, 16));
+        tt_iota_kernel<<<CEIL_DIV(ws->cap_pairs, 256), 256>>>(tt_sort_idx_in(ws), ws->cap_pairs);
+        cudaCheckLaunch();
+        cudaCheck(cudaDeviceSynchronize());  // before any stream's first sort
+    } else {
+        cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, b3, ws->keys_in, ws->keys_out, ws->bp_in, ws->bp_out,
+                                                  ws->cap_pairs, 0, 16));
+    }
     cudaCheck(cub::DeviceScan::ExclusiveSum(NULL, b4, ws->unit_cnt, ws->unit_off, F + 1));
     ws->cub_bytes = std::max(std::max(b1, b2), std::max(b3, b4));
     cudaCheck(cudaMalloc(&ws->cub_tmp, ws->cub_bytes));
@@ -1156,8 +1184,12 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     tt_prof(ws, 8, stream);
     // unit-major order: stable sort of the pool slots by unit (unused slots have key 0xFFFF and sort last)
     size_t bytes = ws->cub_bytes;
-    cudaCheck(cub::DeviceRadixSort::SortPairs(ws->cub_tmp, bytes, ws->keys_in, ws->keys_out, ws->bp_in, ws->bp_out,
-                                              ws->cap_pairs, 0, 16, ws_stream));
+    if (TT_SORT_IDX)
+        cudaCheck(cub::DeviceRadixSort::SortPairs(ws->cub_tmp, bytes, ws->keys_in, ws->keys_out, tt_sort_idx_in(ws),
+                                                  tt_sort_idx_out(ws), ws->cap_pairs, 0, 16, ws_stream));
+    else
+        cudaCheck(cub::DeviceRadixSort::SortPairs(ws->cub_tmp, bytes, ws->keys_in, ws->keys_out, ws->bp_in,
+                                                  ws->bp_out, ws->cap_pairs, 0, 16, ws_stream));
     tt_seg_count_kernel<<<CEIL_DIV(F + 1, 256), 256, 0, ws_stream>>>(ws->unit_cnt, ws->seg_cnt, F);
     cudaCheckLaunch();
     bytes = ws->cub_bytes;
@@ -1169,8 +1201,8 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     cudaCheckLaunch();
     const int segs_grid = F + ws->part_slots;  // >= the segments of any pattern
     tt_wgrad_kernel<<<CEIL_DIV((D / 256) * segs_grid, TT_WG_WARPS), TT_WG_WARPS * 32, 0, ws_stream>>>(
-        X, dY, ws->bp_out, ws->seg_desc, ws->seg_off + F, D, gated, accumulate, segs_grid, dWg, dWu, ws->dwdT,
-        ws->part);
+        X, dY, TT_SORT_IDX ? ws->bp_in : ws->bp_out, tt_sort_idx_out(ws), ws->seg_desc, ws->seg_off + F, D, gated,
+        accumulate, segs_grid, dWg, dWu, ws->dwdT, ws->part);
     cudaCheckLaunch();
     tt_wgrad_reduce_kernel<<<F, TT_THREADS, 0, ws_stream>>>(ws->seg_off, D, gated, dWg, dWu, ws->dwdT, ws->part);
     cudaCheckLaunch();

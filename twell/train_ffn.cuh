@@ -126,12 +126,6 @@ typedef struct {
     int split_F, split_D;              // split-K parts of their GEMMs with N = F and N = D (tt_split_count)
 } TwTrainWS;
 
-// TT_SORT_IDX: the pool indices 0 .. cap - 1 (written once) and the same sorted by unit, in bp_out's memory.
-static inline uint32_t *tt_sort_idx_in(const TwTrainWS *ws) { return reinterpret_cast<uint32_t *>(ws->bp_out); }
-static inline uint32_t *tt_sort_idx_out(const TwTrainWS *ws) {
-    return reinterpret_cast<uint32_t *>(ws->bp_out) + ws->cap_pairs;
-}
-
 // ---------------------------------------------------------------------------------------------------
 // Forward kernels
 // ---------------------------------------------------------------------------------------------------
@@ -375,106 +369,6 @@ static __global__ void __launch_bounds__(32 * DV, 1) tt_pair_dot_kernel(
     }
 }
 
-#ifndef TT_DOT_PER_WARP  // 1: tt_pair_dot_warp_kernel instead of tt_pair_dot_kernel (-D: dev A/B)
-#define TT_DOT_PER_WARP 0
-#endif
-#ifndef TT_DW_STEP  // pairs whose weight rows a warp of tt_pair_dot_warp_kernel loads at once (D <= 2048; one above)
-#define TT_DW_STEP 2
-#endif
-#define TT_DW_WARPS 4  // rows (one warp each) per CTA of tt_pair_dot_warp_kernel
-// tt_pair_dot_kernel's work with one independent warp per sparse row (no shared-memory partials, no barrier): lane l
-// holds V[r] at the columns 256 q + 8 l (q < DV) in registers and, per pair, the same columns of its weight row
-// (TT_DW_STEP rows loaded before they are used); its dot products over the whole row are summed per lane, eight
-// pairs' sums at a time over the warp by tt_warp_sum8, and lane 4 j writes pair k + j's outputs as
-// tt_pair_dot_kernel does. UP: the warp parses its row's TwELL tiles into its own shared-memory list first.
-template <int DV, int MODE>
-static __global__ void __launch_bounds__(32 * TT_DW_WARPS) tt_pair_dot_warp_kernel(
-    const bf16 *__restrict__ V, const bf16 *__restrict__ W, uint2 *__restrict__ recs, const int *__restrict__ row_ptr,
-    const int *__restrict__ row_cnt, const uint32_t *__restrict__ tw, int tiles, int words,
-    uint8_t *__restrict__ fired, int gated, float l1_coef, float *__restrict__ row_l1, uint4 *__restrict__ bpair,
-    uint16_t *__restrict__ keys, int *__restrict__ unit_cnt, int M) {
-    constexpr int D = DV * 256, STEP = DV <= 8 ? TT_DW_STEP : 1;
-    __shared__ uint2 s_rec_all[TT_DW_WARPS][TT_ROW_SMEM];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = blockIdx.x * TT_DW_WARPS + warp;
-    if (r >= M) return;
-    const int n = row_cnt[r];
-    if (n < 0 || (MODE == TT_DOT_DH && n == 0)) return;  // dense row (or nothing to do)
-    const int base = row_ptr[r];
-    uint2 *s_rec = s_rec_all[warp];
-    if (MODE == TT_DOT_UP) {  // the row's TwELL entries -> s_rec (column order), fired
-        const uint32_t *row = tw + (size_t)r * tiles * words;
-        int tc, toff;
-        tt_tile_offsets(row, tiles, words, lane, &tc, &toff);
-        for (int t = 0; t < tiles; t++) {
-            const int cnt_t = __shfl_sync(0xffffffffu, tc, t), off_t = __shfl_sync(0xffffffffu, toff, t);
-            if (lane < cnt_t) {
-                const uint2 e = tt_tw_entry(row, t, lane, words);
-                s_rec[off_t + lane] = e;
-                if (!fired[e.x]) fired[e.x] = 1;
-            }
-        }
-    } else {
-        for (int i = lane; i < n; i += 32) s_rec[i] = recs[base + i];
-    }
-    __syncwarp();
-    uint4 v[DV];
-#pragma unroll
-    for (int q = 0; q < DV; q++) v[q] = *reinterpret_cast<const uint4 *>(V + (size_t)r * D + 256 * q + 8 * lane);
-    float l1 = 0.0f;
-    for (int k = 0; k < n; k += 8) {
-        float p[8];
-#pragma unroll
-        for (int j = 0; j < 8; j += STEP) {
-            uint4 w[STEP][DV];
-#pragma unroll
-            for (int i = 0; i < STEP; i++) {
-                const int kk = k + j + i < n ? k + j + i : k;  // past the row: pair k again (an L1 hit, unused)
-                const bf16 *wr = W + (size_t)s_rec[kk].x * D + 8 * lane;
-#pragma unroll
-                for (int q = 0; q < DV; q++) w[i][q] = tt_ldg16(wr + 256 * q);
-            }
-#pragma unroll
-            for (int i = 0; i < STEP; i++) {
-                float acc = 0.0f;
-#pragma unroll
-                for (int q = 0; q < DV; q++) acc = dot8_bf16(w[i][q], v[q], acc);
-                p[j + i] = acc;
-            }
-        }
-        const float s = tt_warp_sum8(p, lane);
-        const int j = (lane >> 2) & 7, slot = base + k + j;
-        if ((lane & 3) != 0 || k + j >= n) continue;
-        const uint2 rec = s_rec[k + j];
-        if (MODE == TT_DOT_UP) {
-            const uint32_t ub = __bfloat16_as_ushort(__float2bfloat16_rn(s));
-            l1 += fabsf(tt_bf(rec.y & 0xFFFFu) * tt_bf(ub));
-            recs[slot] = make_uint2(rec.x, (rec.y & 0xFFFFu) | (ub << 16));
-        } else {
-            const float dh = round_bf16(s), g = tt_bf(rec.y & 0xFFFFu);
-            uint32_t dgu;
-            float h;
-            if (gated) {
-                const float u = tt_bf(rec.y >> 16);
-                const float sg = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
-                const float dt = dh + l1_coef * sg;
-                dgu = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dt * u)) |
-                      ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dt * g)) << 16);
-                h = round_bf16(g * u);
-            } else {
-                dgu = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(dh + l1_coef));
-                h = g;
-            }
-            bpair[slot] = make_uint4((uint32_t)r, dgu, __float_as_uint(h), rec.x);
-            keys[slot] = (uint16_t)rec.x;
-            atomicAdd(&unit_cnt[rec.x], 1);
-        }
-    }
-    if (MODE == TT_DOT_UP) {
-        l1 = warp_sum(l1);
-        if (lane == 0) row_l1[r] = l1;
-    }
-}
-
 // One CTA per sparse row: Y[r] = sum_k h_k WdT[n_k] (fp32), h = bf16(g u) (non-gated: g) from the records. A kernel
 // of its own (not fused with the up): its working set (WdT, 23 MB at the paper's shape) stays in L2.
 static __global__ void __launch_bounds__(TT_THREADS) tt_fwd_down_kernel(const bf16 *__restrict__ WdT,
@@ -627,12 +521,6 @@ static __global__ void __launch_bounds__(TT_THREADS) tt_bwd_dx_kernel(
     }
 }
 
-// idx[i] = i (TT_SORT_IDX's pool indices).
-static __global__ void tt_iota_kernel(uint32_t *__restrict__ idx, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) idx[i] = (uint32_t)i;
-}
-
 // Segments per unit: max(1, ceil(cnt / TT_SEG)) (every unit has a first segment: it writes dW even with no pairs).
 static __global__ void tt_seg_count_kernel(int *__restrict__ unit_cnt, int *__restrict__ seg_cnt, int F) {
     const int n = blockIdx.x * blockDim.x + threadIdx.x;
@@ -666,18 +554,14 @@ static __global__ void tt_seg_desc_kernel(const int *__restrict__ unit_off, cons
 // order (fixed), TT_WG_STEP pairs' X and dY rows loaded before they are used. A unit's first segment writes
 // dWg[n] = beta dWg[n] + sum (likewise dWu) and dWdT[n] = sum; a later segment writes its partial slot (added by
 // tt_wgrad_reduce_kernel in segment order).
-#ifndef TT_SORT_IDX  // 1: the sort moves 4-byte pool indices (kept in bp_out's memory), not the 16-byte records,
-#define TT_SORT_IDX 0  // and the weight-gradient kernel reads each record through its index (-D: dev A/B)
-#endif
 #define TT_WG_WARPS 4
 #ifndef TT_WG_STEP  // pairs whose X and dY rows a warp has in flight at once (-D: dev A/B)
 #define TT_WG_STEP 2
 #endif
 static __global__ void __launch_bounds__(TT_WG_WARPS * 32) tt_wgrad_kernel(
     const bf16 *__restrict__ X, const bf16 *__restrict__ dY, const uint4 *__restrict__ pairs,
-    const uint32_t *__restrict__ order, const int4 *__restrict__ desc, const int *__restrict__ n_segs, int D,
-    int gated, int accumulate, int segs_grid, float *__restrict__ dWg, float *__restrict__ dWu,
-    float *__restrict__ dWdT, float *__restrict__ part) {
+    const int4 *__restrict__ desc, const int *__restrict__ n_segs, int D, int gated, int accumulate, int segs_grid,
+    float *__restrict__ dWg, float *__restrict__ dWu, float *__restrict__ dWdT, float *__restrict__ part) {
     const int lane = threadIdx.x & 31, gw = blockIdx.x * TT_WG_WARPS + (threadIdx.x >> 5);
     const int slice = gw / segs_grid, b = gw - slice * segs_grid;
     if (slice >= D / 256 || b >= *n_segs) return;
@@ -688,11 +572,7 @@ static __global__ void __launch_bounds__(TT_WG_WARPS * 32) tt_wgrad_kernel(
     for (int i = 0; i < 8; i++) aa[i] = ab[i] = ad[i] = 0.0f;
     for (int q0 = 0; q0 < sd.y; q0 += 32) {
         const int cn = min(32, sd.y - q0);
-#if TT_SORT_IDX  // pairs in pool order, order[]: their indices sorted by unit
-        const uint4 rec = lane < cn ? pairs[order[sd.x + q0 + lane]] : make_uint4(0, 0, 0, 0);
-#else
         const uint4 rec = lane < cn ? pairs[sd.x + q0 + lane] : make_uint4(0, 0, 0, 0);
-#endif
         for (int j = 0; j < cn; j += TT_WG_STEP) {
             uint4 xv[TT_WG_STEP], yv[TT_WG_STEP];
             uint32_t dgu[TT_WG_STEP];
@@ -976,16 +856,8 @@ static int twtrain_ws_init(TwTrainWS *ws, int max_M, int D, int F, int gated, in
     cudaCheck(cub::DeviceScan::ExclusiveSum(NULL, b1, ws->cnt_elig, ws->cnt_elig, max_M + 1));
     cudaCheck(cub::DeviceSelect::Flagged(NULL, b2, thrust::counting_iterator<int>(0), ws->dense_flag, ws->ovf_list,
                                          ws->ovf_flag, max_M));
-    if (TT_SORT_IDX) {
-        cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, b3, ws->keys_in, ws->keys_out, tt_sort_idx_in(ws),
-                                                  tt_sort_idx_out(ws), ws->cap_pairs, 0, 16));
-        tt_iota_kernel<<<CEIL_DIV(ws->cap_pairs, 256), 256>>>(tt_sort_idx_in(ws), ws->cap_pairs);
-        cudaCheckLaunch();
-        cudaCheck(cudaDeviceSynchronize());  // before any stream's first sort
-    } else {
-        cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, b3, ws->keys_in, ws->keys_out, ws->bp_in, ws->bp_out,
-                                                  ws->cap_pairs, 0, 16));
-    }
+    cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, b3, ws->keys_in, ws->keys_out, ws->bp_in, ws->bp_out,
+                                              ws->cap_pairs, 0, 16));
     cudaCheck(cub::DeviceScan::ExclusiveSum(NULL, b4, ws->unit_cnt, ws->unit_off, F + 1));
     ws->cub_bytes = std::max(std::max(b1, b2), std::max(b3, b4));
     cudaCheck(cudaMalloc(&ws->cub_tmp, ws->cub_bytes));
@@ -1105,14 +977,9 @@ static int twtrain_forward(TwTrainWS *ws, TwTrainState *st, const bf16 *X, const
         switch (D / 256) {
 #define TT_FWD(DV)                                                                                                   \
     case DV:                                                                                                         \
-        if (TT_DOT_PER_WARP)                                                                                         \
-            tt_pair_dot_warp_kernel<DV, TT_DOT_UP><<<CEIL_DIV(M, TT_DW_WARPS), 32 * TT_DW_WARPS, 0, stream>>>(        \
-                X, Wu, st->recs, st->row_ptr, st->row_cnt, ws->tw, tiles, words, fired, 1, 0.0f, ws->row_l1, NULL,     \
-                NULL, NULL, M);                                                                                      \
-        else                                                                                                         \
-            tt_pair_dot_kernel<DV, TT_DOT_UP><<<M, 32 * DV, 0, stream>>>(X, Wu, st->recs, st->row_ptr, st->row_cnt,  \
-                                                                         ws->tw, tiles, words, fired, 1, 0.0f,     \
-                                                                         ws->row_l1, NULL, NULL, NULL);            \
+        tt_pair_dot_kernel<DV, TT_DOT_UP><<<M, 32 * DV, 0, stream>>>(X, Wu, st->recs, st->row_ptr, st->row_cnt,      \
+                                                                     ws->tw, tiles, words, fired, 1, 0.0f,         \
+                                                                     ws->row_l1, NULL, NULL, NULL);                \
         break;
             TT_FWD(1) TT_FWD(2) TT_FWD(4) TT_FWD(8) TT_FWD(16)
 #undef TT_FWD
@@ -1155,15 +1022,9 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     switch (D / 256) {
 #define TT_DH(DV)                                                                                                    \
     case DV:                                                                                                         \
-        if (TT_DOT_PER_WARP)                                                                                         \
-            tt_pair_dot_warp_kernel<DV, TT_DOT_DH><<<CEIL_DIV(M, TT_DW_WARPS), 32 * TT_DW_WARPS, 0, stream>>>(        \
-                dY, WdT, st->recs, st->row_ptr, st->row_cnt, NULL, 0, 0, NULL, gated, l1_coef, NULL, ws->bp_in,        \
-                ws->keys_in, ws->unit_cnt, M);                                                                       \
-        else                                                                                                         \
-            tt_pair_dot_kernel<DV, TT_DOT_DH><<<M, 32 * DV, 0, stream>>>(dY, WdT, st->recs, st->row_ptr,             \
-                                                                         st->row_cnt, NULL, 0, 0, NULL, gated,     \
-                                                                         l1_coef, NULL, ws->bp_in, ws->keys_in,    \
-                                                                         ws->unit_cnt);                            \
+        tt_pair_dot_kernel<DV, TT_DOT_DH><<<M, 32 * DV, 0, stream>>>(dY, WdT, st->recs, st->row_ptr, st->row_cnt,    \
+                                                                     NULL, 0, 0, NULL, gated, l1_coef, NULL,       \
+                                                                     ws->bp_in, ws->keys_in, ws->unit_cnt);        \
         break;
         TT_DH(1) TT_DH(2) TT_DH(4) TT_DH(8) TT_DH(16)
 #undef TT_DH
@@ -1184,12 +1045,8 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     tt_prof(ws, 8, stream);
     // unit-major order: stable sort of the pool slots by unit (unused slots have key 0xFFFF and sort last)
     size_t bytes = ws->cub_bytes;
-    if (TT_SORT_IDX)
-        cudaCheck(cub::DeviceRadixSort::SortPairs(ws->cub_tmp, bytes, ws->keys_in, ws->keys_out, tt_sort_idx_in(ws),
-                                                  tt_sort_idx_out(ws), ws->cap_pairs, 0, 16, ws_stream));
-    else
-        cudaCheck(cub::DeviceRadixSort::SortPairs(ws->cub_tmp, bytes, ws->keys_in, ws->keys_out, ws->bp_in,
-                                                  ws->bp_out, ws->cap_pairs, 0, 16, ws_stream));
+    cudaCheck(cub::DeviceRadixSort::SortPairs(ws->cub_tmp, bytes, ws->keys_in, ws->keys_out, ws->bp_in, ws->bp_out,
+                                              ws->cap_pairs, 0, 16, ws_stream));
     tt_seg_count_kernel<<<CEIL_DIV(F + 1, 256), 256, 0, ws_stream>>>(ws->unit_cnt, ws->seg_cnt, F);
     cudaCheckLaunch();
     bytes = ws->cub_bytes;
@@ -1201,8 +1058,8 @@ static int twtrain_backward(TwTrainWS *ws, const TwTrainState *st, const bf16 *X
     cudaCheckLaunch();
     const int segs_grid = F + ws->part_slots;  // >= the segments of any pattern
     tt_wgrad_kernel<<<CEIL_DIV((D / 256) * segs_grid, TT_WG_WARPS), TT_WG_WARPS * 32, 0, ws_stream>>>(
-        X, dY, TT_SORT_IDX ? ws->bp_in : ws->bp_out, tt_sort_idx_out(ws), ws->seg_desc, ws->seg_off + F, D, gated,
-        accumulate, segs_grid, dWg, dWu, ws->dwdT, ws->part);
+        X, dY, ws->bp_out, ws->seg_desc, ws->seg_off + F, D, gated, accumulate, segs_grid, dWg, dWu, ws->dwdT,
+        ws->part);
     cudaCheckLaunch();
     tt_wgrad_reduce_kernel<<<F, TT_THREADS, 0, ws_stream>>>(ws->seg_off, D, gated, dWg, dWu, ws->dwdT, ws->part);
     cudaCheckLaunch();

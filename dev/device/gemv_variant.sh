@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A/B of compile-time variants of the decoding GEMV (core/gemv.cuh) in one call: each argument is a name=flags pair,
-#   bash dev/device/gemv_variant.sh p1="-DGEMV_CTAS_PER_SM=1" p2="-DGEMV_CTAS_PER_SM=2"       (carry deps-debs, and
-#   build/infer_base: a binary of another commit built on the dev box, timed beside them when present)
+# A/B of the decoding path in one call: this tree's infer beside build/infer_base (a binary of another commit built on
+# the dev box, carried: timed beside it when present), and beside -D variants given as name=flags pairs, e.g.
+#   bash dev/device/gemv_variant.sh                                   (carry deps-debs and build/infer_base)
+#   bash dev/device/gemv_variant.sh v1="-DFLAG=1" v2="-DFLAG=2"       (flags a branch adds; c49ea1b's GEMV_CTAS_PER_SM)
 # builds infer, gpu_test_infer and gpu_test_kernels with those flags beside the default build, runs the tests of every
 # build, then `infer --bench` (1 sample, prompt 256, 128 steps, SYNTHETIC 29) of every binary on PRESETS (default 0.5B
 # 2B), twice in turn, printing the replayed step's GPU time per FFN mode. Log: $OUT/gemv_variant.log.

@@ -488,6 +488,9 @@ int main(int argc, char **argv) {
                     printf("  %-7s %.3f ms/step on the GPU = %.2fx the weight read; %.3f ms/step with the host's share\n",
                            infer_ffn_name(modes[k]), g, g / wms, median(dec[k]));
             }
+#ifdef SLLM_KTRACE
+            for (int k = 0; k < 3; k++) infer_ktrace_dump(&ms[k], stdout);
+#endif
         }
         for (int k = 0; k < 3; k++) infer_free(&ms[k]);
     }

@@ -31,6 +31,7 @@
 #include "argmax.cuh"
 #include "cuda_common.cuh"
 #include "kernel_utils.cuh"
+#include "ktrace.cuh"
 
 #define GEMV_WARPS 8    // warps (units) per CTA
 #define GEMV_MAX_M 4    // rows of x per call (x stays in shared memory: M * K * 2 bytes)
@@ -45,12 +46,16 @@ typedef struct {
     const bf16 *a, *b, *gain;  // a = x when gain == NULL
     bf16 *res;
     float eps;
+#ifdef SLLM_KTRACE
+    int kt_slot;  // core/ktrace.cuh (the launcher sets it)
+#endif
 } GemvIn;
 
 template <int M, int U, bool NORM, class Op>
 static __global__ void __launch_bounds__(32 * GEMV_WARPS)
 gemv_kernel(const Op op, const GemvIn in, int K, int units) {
     constexpr int R = Op::R;
+    KT_SCOPE(in.kt_slot);
     extern __shared__ uint4 gemv_xs[];  // x [M, K / 8] in 16-byte chunks
     __shared__ int s_count[GEMV_WARPS];
     __shared__ float s_red[32];
@@ -70,6 +75,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
             w[r][u] = live && lane + 32 * u < KC ? __ldg(wr[r] + lane + 32 * u) : zero;
     pdl_launch_dependents();
     pdl_wait();
+    KT_WAITED();
     if constexpr (NORM) {
         // s = bf16(a + b) into shared memory, the sum of squares per row, then x = bf16(s * rstd * gain) in place
         for (int m = 0; m < M; m++) {
@@ -333,7 +339,13 @@ static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int un
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)((units + GEMV_WARPS - 1) / GEMV_WARPS)),
                                                      dim3(32 * GEMV_WARPS), smem, 1, &attr, s);
+#ifdef SLLM_KTRACE
+    GemvIn in_t = in;
+    in_t.kt_slot = kt_take(__PRETTY_FUNCTION__);
+    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in_t, K, units));
+#else
     cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in, K, units));
+#endif
 }
 
 template <int U, class Op>

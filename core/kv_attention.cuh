@@ -26,6 +26,7 @@
 
 #include "cuda_common.cuh"
 #include "kernel_utils.cuh"
+#include "ktrace.cuh"
 
 #define KVA_THREADS 128
 #define KVA_PART_FLOATS 1024  // G * hd <= 128 / (hd / 8) * hd = 1024
@@ -186,7 +187,8 @@ static inline size_t kv_decode_work_bytes(int B, int H, int S, int hd) {
 
 static __global__ void __launch_bounds__(KVD_KEYS)
 kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int pos0, const int *pos0_dev,
-                           int S, int H, int KVH, int hd, float scale, float *part, int *ticket, int splits) {
+                           int S, int H, int KVH, int hd, float scale, float *part, int *ticket, int splits KT_PARAM) {
+    KT_SCOPE(kt_slot);
     __shared__ float qs[128], ps[KVD_KEYS], red[32];
     __shared__ float acc_s[KVA_PART_FLOATS];
     __shared__ int s_last;
@@ -208,6 +210,7 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     }
     pdl_launch_dependents();
     pdl_wait();
+    KT_WAITED();
     if (j == n - 1) {
 #pragma unroll
         for (int c = 0; c < KVD_MAX_CHUNKS; c++)
@@ -307,7 +310,7 @@ static inline void kv_decode_attention(bf16 *out, const bf16 *q, const bf16 *kc,
     const cudaLaunchConfig_t cfg = pdl_launch_config(
         dim3((unsigned)H, (unsigned)B, (unsigned)((S + KVD_KEYS - 1) / KVD_KEYS)), dim3(KVD_KEYS), 0, 1, &attr, stream);
     cudaCheck(cudaLaunchKernelEx(&cfg, kv_decode_attention_kernel, out, q, kc, vc, pos0, pos0_dev, S, H, KVH, hd,
-                                 1.0f / sqrtf((float)hd), w->part, w->ticket, w->splits));
+                                 1.0f / sqrtf((float)hd), w->part, w->ticket, w->splits KT_ARG(kt_take("kv_decode_attention"))));
 }
 
 // The new rows into the cache: kc[b, pos0 + t] = k[b, t], vc likewise (rows of KV = KVH * hd elements, KV % 8 == 0).

@@ -113,6 +113,10 @@ typedef struct {
     InferLayerStats *stats;   // [L]
     MatmulContext mm;
     cudaStream_t stream;
+#ifdef SLLM_KTRACE
+    int kt_n;                       // the captured step's traced launches (core/ktrace.cuh), in slot order
+    const char *kt_names[KT_MAX];
+#endif
 } Infer;
 
 // a += sign * b, field by field (the graph replays' share of the statistics).
@@ -463,6 +467,9 @@ static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
     const int B = m->B, N = B * T, D = c->d_model, L = c->n_layer, V = c->vocab_size, H = c->n_head,
               KVH = c->n_kv_head, hd = c->head_dim, Q = m->Q, KV = m->KV, S = m->S;
     cudaStream_t s = m->stream;
+#ifdef SLLM_KTRACE
+    kt_next = 0;  // this call's launches take slots 0, 1, ...
+#endif
     cudaCheck(cudaMemcpyAsync(m->tokens, m->h_tokens, sizeof(int) * N, cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(m->d_pos, m->h_pos, sizeof(int), cudaMemcpyHostToDevice, s));
     const float eps = c->norm_eps;
@@ -588,6 +595,10 @@ static inline void infer_decode(Infer *m, const int *tokens) {
         cudaGraph_t g;
         cudaCheck(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
         infer_enqueue(m, 1, 0);
+#ifdef SLLM_KTRACE
+        m->kt_n = kt_next;
+        memcpy(m->kt_names, kt_names, sizeof(kt_names));
+#endif
         cudaCheck(cudaStreamEndCapture(m->stream, &g));
         cudaCheck(cudaGraphInstantiate(&m->graph, g, 0));
         cudaCheck(cudaGraphDestroy(g));
@@ -632,6 +643,39 @@ static inline double infer_decode_graph_ms(Infer *m, int reps) {
     cudaCheck(cudaEventDestroy(e1));
     return (double)ms / reps;
 }
+
+#ifdef SLLM_KTRACE
+// One replay of the captured decoding step with its kernels traced (core/ktrace.cuh): a table of the launches in
+// stream order, times in us from the first entry: entry (earliest warp), return from the wait, exit (latest warp),
+// and how the boundaries overlap (entry before the previous exit; wait returned after the previous exit).
+static inline void infer_ktrace_dump(Infer *m, FILE *f) {
+    if (!m->graph || !m->kt_n) return;
+    KtSlot t[KT_MAX];
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    kt_reset_device(m->stream);
+    cudaCheck(cudaGraphLaunch(m->graph, m->stream));
+    kt_read(t, m->stream);
+    unsigned long long t0 = ~0ull;
+    for (int i = 0; i < m->kt_n; i++) t0 = t[i].start < t0 ? t[i].start : t0;
+    fprintf(f, "ktrace (%s FFN, one replayed decoding step, us from the first traced entry):\n", infer_ffn_name(m->ffn));
+    fprintf(f, "  %3s %9s %9s %9s %9s %10s %10s  %s\n", "#", "entry", "wait", "exit", "run", "head start", "wait lag",
+            "kernel");
+    for (int i = 0; i < m->kt_n; i++) {
+        const double e = (t[i].start - t0) * 1e-3, x = (t[i].end - t0) * 1e-3;
+        const double w = t[i].wait == ~0ull ? -1.0 : (t[i].wait - t0) * 1e-3;
+        const double px = i ? (t[i - 1].end - t0) * 1e-3 : 0.0;
+        const char *name = m->kt_names[i], *op = strstr(name, "Op = ");
+        char buf[72];
+        if (op) {  // gemv_launch_cfg's __PRETTY_FUNCTION__: keep the op's type
+            snprintf(buf, sizeof buf, "gemv %.*s", (int)strcspn(op + 5, ";]"), op + 5);
+            name = buf;
+        }
+        fprintf(f, "  %3d %9.2f %9.2f %9.2f %9.2f %10.2f %10.2f  %s\n", i, e, w, x, x - (w >= 0 ? w : e),
+                i ? px - e : 0.0, i && w >= 0 ? w - px : 0.0, name);
+    }
+    fprintf(f, "  (head start: the previous exit minus this entry; wait lag: this wait's return minus the previous exit)\n");
+}
+#endif
 
 // A prompt of P tokens per sequence (prompts [B * P], row b * P + t), run in chunks of at most m->chunk tokens.
 static inline void infer_prefill(Infer *m, const int *prompts, int P) {

@@ -236,7 +236,8 @@ twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1
 // grid (ceil(D / 256), M), TWELL_DEC_THREADS threads; lane owns columns 256 slice + 8 lane .. + 7.
 static __global__ void __launch_bounds__(TWELL_DEC_THREADS)
 twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ cnt, const uint2 *__restrict__ ent,
-                         bf16 *__restrict__ Y, int D, int F) {
+                         bf16 *__restrict__ Y, int D, int F KT_PARAM) {
+    KT_SCOPE(kt_slot);
     constexpr int WARPS = TWELL_DEC_THREADS / 32, CAP = TWELL_DEC_DOWN_CAP, R = 8;
     __shared__ uint2 s_ent[CAP];
     __shared__ int s_pre[TWELL_DEC_MAX_F / TWELL_DEC_GROUP + 1];
@@ -246,6 +247,7 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c8 = slice * 32 + lane;  // this lane's 16-byte chunk of the row
     pdl_wait();  // as a programmatic dependent launch: the gate's lists are complete and visible
+    KT_WAITED();
     const bool lane_ok = c8 * 8 < D;
     const int *rc = cnt + (size_t)m * groups;
     const uint2 *re = ent + (size_t)m * F;
@@ -359,7 +361,7 @@ static inline void twell_decode_down(const bf16 *WdT, const int *cnt, const uint
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg =
         twell_decode_launch_config(dim3(CEIL_DIV(D, TWELL_TILE), M), TWELL_DEC_THREADS, pdl, &attr, stream);
-    cudaCheck(cudaLaunchKernelEx(&cfg, twell_decode_down_kernel, WdT, cnt, ent, Y, D, F));
+    cudaCheck(cudaLaunchKernelEx(&cfg, twell_decode_down_kernel, WdT, cnt, ent, Y, D, F KT_ARG(kt_take("twell_decode_down"))));
 }
 
 // ---- 1b. gate and up at M <= GEMV_MAX_M rows on the decoding GEMV (core/gemv.cuh) ----

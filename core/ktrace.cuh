@@ -1,0 +1,65 @@
+// core/ktrace.cuh: an in-stream timeline of a decoding step's kernels, for dev builds compiled with -DSLLM_KTRACE
+// (every macro is empty otherwise). Each traced launch takes a slot on the host (kt_take, in launch order, with its
+// name); its kernel records, per warp, the %globaltimer at entry, after pdl_wait and at exit into kt_slots[slot]
+// (earliest entry, earliest return from the wait, latest exit; reductions without a return value, so the kernels do
+// not wait on them). A captured graph keeps its slots: reset the table (kt_reset_device), replay once, read it
+// (kt_read). What it shows: how far each kernel starts ahead of the one before it, how long after that one's end its
+// wait returns, and how long it runs after that.
+#ifndef SLLM_KTRACE_CUH
+#define SLLM_KTRACE_CUH
+
+#ifdef SLLM_KTRACE
+#include <string.h>
+
+#define KT_MAX 256
+typedef struct {
+    unsigned long long start, wait, end;  // ns (%globaltimer); start and wait: minimum over warps, end: maximum
+} KtSlot;
+static __device__ KtSlot kt_slots[KT_MAX];
+static int kt_next;                  // host: the next slot of this enqueue
+static const char *kt_names[KT_MAX]; // host: the launch of each slot
+
+static inline int kt_take(const char *name) {
+    if (kt_next >= KT_MAX) return -1;
+    kt_names[kt_next] = name;
+    return kt_next++;
+}
+static inline void kt_reset_device(cudaStream_t s) {
+    static KtSlot init[KT_MAX];
+    for (int i = 0; i < KT_MAX; i++) { init[i].start = init[i].wait = ~0ull; init[i].end = 0; }
+    cudaCheck(cudaMemcpyToSymbolAsync(kt_slots, init, sizeof init, 0, cudaMemcpyHostToDevice, s));
+}
+static inline void kt_read(KtSlot *out, cudaStream_t s) {
+    cudaCheck(cudaMemcpyFromSymbolAsync(out, kt_slots, sizeof(KtSlot) * KT_MAX, 0, cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+}
+
+__device__ __forceinline__ unsigned long long kt_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+struct KtScope {
+    int slot;
+    unsigned long long t0, t1;
+    __device__ explicit KtScope(int s) : slot(s), t0(kt_now()), t1(0) {}
+    __device__ void waited() { t1 = kt_now(); }
+    __device__ ~KtScope() {
+        if (slot < 0 || (threadIdx.x & 31)) return;
+        atomicMin(&kt_slots[slot].start, t0);
+        if (t1) atomicMin(&kt_slots[slot].wait, t1);
+        atomicMax(&kt_slots[slot].end, kt_now());
+    }
+};
+#define KT_SCOPE(slot) KtScope kt_scope_(slot)
+#define KT_WAITED() kt_scope_.waited()
+#define KT_PARAM , int kt_slot
+#define KT_ARG(x) , (x)
+#else
+#define KT_SCOPE(slot) ((void)0)
+#define KT_WAITED() ((void)0)
+#define KT_PARAM
+#define KT_ARG(x)
+#endif
+
+#endif  // SLLM_KTRACE_CUH

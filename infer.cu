@@ -488,18 +488,6 @@ int main(int argc, char **argv) {
                     printf("  %-7s %.3f ms/step on the GPU = %.2fx the weight read; %.3f ms/step with the host's share\n",
                            infer_ffn_name(modes[k]), g, g / wms, median(dec[k]));
             }
-            if (ms[0].dp_ok && ms[0].use_persistent && !o.no_graph) {  // the dense step on the separate kernels too
-#ifdef DP_TRACE
-                infer_dp_trace_dump(&ms[0], stdout);
-#endif
-                ms[0].use_persistent = 0;
-                generate(&ms[0], prompt, n_new, &greedy, rngs.data(), eot, 1, tok, 0, ids[0].data());  // a new graph
-                const double g = infer_decode_graph_ms(&ms[0], 50);
-                if (g > 0)
-                    printf("  %-7s %.3f ms/step on the GPU = %.2fx the weight read: dense on the separate GEMV kernels "
-                           "(dense above: one persistent kernel per step)\n", "dense", g, g / wms);
-                ms[0].use_persistent = 1;
-            }
 #ifdef SLLM_KTRACE
             for (int k = 0; k < 3; k++) infer_ktrace_dump(&ms[k], stdout);
 #endif

@@ -58,7 +58,6 @@
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "sampler.h"
-#include "decode_persistent.cuh"
 #include "twell/ffn.cuh"
 #include "model/block.cuh"
 #include "model/weights.cuh"
@@ -100,18 +99,9 @@ typedef struct {
                               // infer_get_greedy reads them
     int argmax_ready;         // the last call left argmax keys (h_logits not filled: infer_get_logits copies on demand)
     int graph_argmax;         // the captured graph does (argmax_ready after each replay)
-    int graph_opts;           // use_gemv, greedy_dev, all_logits, use_persistent when the graph was captured (a change:
-                              // capture again)
+    int graph_opts;           // use_gemv, greedy_dev, all_logits when the graph was captured (a change: capture again)
     int use_graph, calibrate; // options (infer_create sets use_graph 1, calibrate 0)
     int use_gemv;             // option (infer_create sets 1): decoding steps of B <= GEMV_MAX_M on core/gemv.cuh
-    int use_persistent;       // option (infer_create sets 1): a dense GEMV decoding step as one persistent kernel
-                              // (core/decode_persistent.cuh) where dp_ok
-    int step_persistent;      // the call being enqueued is one
-    int dp_ok;                // the persistent step can run this model at B rows on this GPU (else dp_why says why)
-    char dp_why[128];
-    DpParams dp;              // its parameters (pointers into params, the cache and the activations)
-    DpLayer *dp_layers;       // [L] on the device
-    unsigned int *dp_bar;     // its grid barrier word
     int step_gemv;            // the call being enqueued runs its matrix-vector products on core/gemv.cuh
     int *dec_path;            // [L] AUTO's path for decoding steps on the GEMV, measured (0: not yet, 1 dense, 2 sparse)
     float (*dec_us)[2];       // [L] the measured medians (dense, sparse), us per call
@@ -157,51 +147,6 @@ static inline void infer_transpose(bf16 *out, const bf16 *in, int R, int C, cuda
     dim3 grid((unsigned)CEIL_DIV(C, 32), (unsigned)CEIL_DIV(R, 32)), block(32, 8);
     infer_transpose_kernel<<<grid, block, 0, stream>>>(out, in, R, C);
     cudaCheckLaunch();
-}
-
-// The persistent decoding step's parameters (dense mode, B <= GEMV_MAX_M, a Hopper GPU): every pointer is fixed for the
-// Infer's life, so they are set once; dp_ok 0 (with dp_why) keeps the separate GEMV kernels.
-static inline void infer_persistent_setup(Infer *m) {
-    const ModelConfig *c = &m->cfg;
-    const int L = c->n_layer;
-    m->dp_ok = 0;
-    if (m->ffn != INFER_FFN_DENSE) { snprintf(m->dp_why, sizeof m->dp_why, "FFN mode %s", infer_ffn_name(m->ffn)); return; }
-    DpParams *p = &m->dp;
-    memset(p, 0, sizeof *p);
-    p->L = L; p->D = c->d_model; p->Q = m->Q; p->KV = m->KV; p->H = c->n_head; p->KVH = c->n_kv_head;
-    p->hd = c->head_dim; p->F = c->d_ff; p->V = c->vocab_size; p->S = m->S; p->gated = c->gated;
-    if (!decode_persistent_plan(p, m->B, m->dp_why, sizeof m->dp_why)) return;
-    const BlockShape bs = block_shape(c);
-    const size_t layer_kv = (size_t)m->B * m->S * m->KV;
-    DpLayer *hl = (DpLayer *)sllm_calloc(L, sizeof(DpLayer));
-    for (int l = 0; l < L; l++) {
-        const LayerWeights w = layer_weights(m->params, &m->lay, c, l);
-        const bool mha = bs.Q == bs.KV;  // MHA: Wk, Wv follow Wq L * Q * D elements apart (block_qkv_rope)
-        hl[l].attn_norm = w.attn_norm; hl[l].ffn_norm = w.ffn_norm;
-        hl[l].wq = w.wq;
-        hl[l].wk = mha ? w.wq + (size_t)bs.L * bs.Q * bs.D : w.wk;
-        hl[l].wv = mha ? w.wq + 2 * (size_t)bs.L * bs.Q * bs.D : w.wv;
-        hl[l].wo = w.wo; hl[l].wg = w.wg; hl[l].wu = w.wu; hl[l].wd = w.wd;
-        hl[l].kc = m->kc + (size_t)l * layer_kv; hl[l].vc = m->vc + (size_t)l * layer_kv;
-        hl[l].nnz = m->nnz + l; hl[l].fired = m->fired + (size_t)l * c->d_ff;
-    }
-    cudaCheck(cudaMalloc((void **)&m->dp_layers, sizeof(DpLayer) * L));
-    cudaCheck(cudaMemcpy(m->dp_layers, hl, sizeof(DpLayer) * L, cudaMemcpyHostToDevice));
-    free(hl);
-    cudaCheck(cudaMalloc((void **)&m->dp_bar, 16));
-    cudaCheck(cudaMemset(m->dp_bar, 0, 16));
-#ifdef DP_TRACE
-    cudaCheck(cudaMalloc((void **)&p->trace, sizeof(unsigned long long) * p->grid * (5 * L + 1) * DP_TRACE_FIELDS));
-#endif
-    p->layers = m->dp_layers;
-    p->eps = c->norm_eps; p->scale = 1.0f / sqrtf((float)c->head_dim);
-    p->pos = m->d_pos; p->rope = m->rope;
-    p->x = m->x; p->xm = m->xm; p->y = m->y; p->q = m->qkv; p->att = m->att; p->h = m->h;
-    p->final_norm = infer_w(m, PARAM_FINAL_NORM, 0); p->E = infer_w(m, PARAM_EMBED, 0);
-    p->logits = m->logits; p->best = NULL;
-    p->part = m->kvd.part; p->ticket = m->kvd.ticket; p->splits = m->kvd.splits;
-    p->bar = m->dp_bar;
-    m->dp_ok = 1;
 }
 
 // B sequences of up to S positions, prompt chunks of up to `chunk` tokens per sequence. all_logits: keep the logits
@@ -287,8 +232,6 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
     m->dec_us = (float (*)[2])sllm_calloc(L, sizeof(float[2]));
     m->use_graph = 1;
     m->use_gemv = 1;
-    m->use_persistent = 1;
-    infer_persistent_setup(m);
     if (!dense) {
         size_t before = 0, after = 0, tot = 0;
         cudaCheck(cudaMemGetInfo(&before, &tot));
@@ -312,10 +255,6 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
         printf("  %-32s %10.1f MiB\n", "KV cache", m->kv_bytes / 1048576.0);
         printf("  %-32s %10.1f MiB\n", "activations", m->act_bytes / 1048576.0);
         if (m->twell_bytes) printf("  %-32s %10.1f MiB\n", "TwELL workspaces (shared)", m->twell_bytes / 1048576.0);
-        if (dense)
-            printf("  decoding steps of %d sequence(s): %s%s\n", B,
-                   m->dp_ok ? "one persistent kernel per step (core/decode_persistent.cuh)" : "separate GEMV kernels: ",
-                   m->dp_ok ? "" : m->dp_why);
         printf("  %-32s %10.1f MiB\n", "total",
                (m->param_bytes + m->wdT_bytes + m->kv_bytes + m->act_bytes + m->twell_bytes) / 1048576.0);
     }
@@ -336,8 +275,6 @@ static inline void infer_free(Infer *m) {
     cudaCheck(cudaFreeHost(m->h_logits));
     cudaCheck(cudaFreeHost(m->h_best));
     if (m->graph) cudaCheck(cudaGraphExecDestroy(m->graph));
-    if (m->dp_layers) cudaCheck(cudaFree(m->dp_layers));
-    if (m->dp_bar) cudaCheck(cudaFree(m->dp_bar));
     free(m->stats);
     free(m->graph_delta);
     free(m->dec_path);
@@ -548,21 +485,6 @@ static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
                      gemv_fits(N, Q, m->att) && gemv_fits(N, c->d_ff, m->ln) && D % 2 == 0 && V % 2 == 0;
     m->step_gemv = gemv;
     if (gemv && m->greedy_dev) cudaCheck(cudaMemsetAsync(m->best, 0, sizeof(unsigned long long) * B, s));
-    // A dense step on the GEMV as one persistent kernel (the same bits as the kernels below; core/decode_persistent.cuh)
-    m->step_persistent = gemv && m->ffn == INFER_FFN_DENSE && m->use_persistent && m->dp_ok && N == m->B;
-    if (m->step_persistent) {
-        DpParams p = m->dp;
-        p.best = m->greedy_dev ? m->best : NULL;
-        decode_persistent(&p, N, s);
-        for (int l = 0; l < L; l++) m->stats[l].nnz_rows += N;
-        if (m->greedy_dev) {
-            cudaCheck(cudaMemcpyAsync(m->h_best, m->best, sizeof(unsigned long long) * B, cudaMemcpyDeviceToHost, s));
-            m->argmax_ready = 1;
-            return;
-        }
-        cudaCheck(cudaMemcpyAsync(m->h_logits, m->logits, sizeof(float) * (size_t)B * V, cudaMemcpyDeviceToHost, s));
-        return;
-    }
     if (!gemv) rmsnorm_forward(m->ln, m->rstd, m->x, infer_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
     for (int l = 0; l < L; l++) {
         const LayerWeights w = layer_weights(m->params, &m->lay, c, l);
@@ -662,7 +584,7 @@ static inline void infer_decode(Infer *m, const int *tokens) {
     }
     infer_stage(m, tokens, 1);
     m->last_T = 1;
-    const int opts = m->use_gemv | m->greedy_dev << 1 | m->all_logits << 2 | m->use_persistent << 3;
+    const int opts = m->use_gemv | m->greedy_dev << 1 | m->all_logits << 2;
     if (m->graph && m->graph_opts != opts) {  // an option the captured step depends on changed: capture again
         cudaCheck(cudaGraphExecDestroy(m->graph));
         m->graph = NULL;
@@ -775,59 +697,6 @@ static inline void infer_get_logits(Infer *m, float *host, int rows) {
 }
 // The greedy token of each sequence after the last call (tokens [B]): the first index of the maximum logit, NaN never
 // winning (core/sampler.h's sampler_argmax), from the GPU's argmax keys when the call left them, else on the host.
-#ifdef DP_TRACE
-// Dev builds with -DDP_TRACE: one replay of the captured persistent step, its per-CTA stamps summarised per phase kind
-// (means over layers; "max" over CTAs): how long each phase takes from barrier to barrier, its input staging, its
-// units, warp 0's waits for full slots, the barrier's wait, and how far ahead of the consumers the producer issued.
-static inline void infer_dp_trace_dump(Infer *m, FILE *f) {
-    if (!m->graph || !m->dp_ok || !m->use_persistent) return;
-    const DpParams *p = &m->dp;
-    const int P = 5 * p->L + 1, G = p->grid;
-    const size_t n = (size_t)G * P * DP_TRACE_FIELDS;
-    cudaCheck(cudaMemsetAsync(p->trace, 0, n * 8, m->stream));
-    cudaCheck(cudaGraphLaunch(m->graph, m->stream));
-    unsigned long long *t = (unsigned long long *)sllm_malloc(n * 8);
-    cudaCheck(cudaMemcpyAsync(t, p->trace, n * 8, cudaMemcpyDeviceToHost, m->stream));
-    cudaCheck(cudaStreamSynchronize(m->stream));
-#define T_(c, ph, k) ((double)t[((size_t)(c) * P + (ph)) * DP_TRACE_FIELDS + (k)])
-    double t0 = 1e300, tend = 0;
-    for (int c = 0; c < G; c++) { t0 = fmin(t0, T_(c, 0, 0)); tend = fmax(tend, T_(c, P - 1, 2)); }
-    static const char *names[6] = {"q/k/v", "attention", "Wo", "up", "down", "LM head"};
-    double wall[6] = {0}, stage[6] = {0}, cons[6] = {0}, consmax[6] = {0}, wait[6] = {0}, barw[6] = {0}, lead[6] = {0};
-    int cnt[6] = {0};
-    double prev_rel = t0;
-    for (int ph = 0; ph < P; ph++) {
-        const int k = ph == P - 1 ? 5 : ph % 5;
-        double rel = 1e300, mx = 0, st = 0, cs = 0, wt = 0, bw = 0, ld = 0;
-        for (int c = 0; c < G; c++) {
-            const double s0 = T_(c, ph, 0), s1 = T_(c, ph, 1) ? T_(c, ph, 1) : s0, d = T_(c, ph, 2);
-            st += s1 - s0; cs += d - s1; mx = fmax(mx, d - s0); wt += T_(c, ph, 6);
-            if (ph < P - 1) { bw += T_(c, ph, 3) - d; rel = fmin(rel, T_(c, ph, 3)); }
-            if (T_(c, ph, 4)) ld += T_(c, ph, 4) - s0;
-        }
-        const double end = ph == P - 1 ? tend : rel;
-        wall[k] += end - prev_rel; prev_rel = end;
-        stage[k] += st / G; cons[k] += cs / G; consmax[k] += mx; wait[k] += wt / G; barw[k] += bw / G; lead[k] += ld / G;
-        cnt[k]++;
-    }
-#undef T_
-    fprintf(f, "persistent step trace (one replay, %d CTAs, %d slots of %d bytes; us, means over layers; per CTA means "
-               "but 'slowest'):\n", G, p->nslot, p->slot_bytes);
-    fprintf(f, "  %-10s %9s %9s %9s %9s %11s %9s %12s\n", "phase", "wall", "stage", "units", "slowest", "full waits",
-            "barrier", "producer lead");
-    double sum = 0;
-    for (int k = 0; k < 6; k++) {
-        if (!cnt[k]) continue;
-        const double c = cnt[k] * 1e3;
-        fprintf(f, "  %-10s %9.2f %9.2f %9.2f %9.2f %11.2f %9.2f %12.2f\n", names[k], wall[k] / c, stage[k] / c,
-                cons[k] / c, consmax[k] / c, wait[k] / c, barw[k] / c, lead[k] / c);
-        sum += wall[k] / 1e3;
-    }
-    fprintf(f, "  step %.1f us (first start to last unit)\n", (tend - t0) / 1e3);
-    free(t);
-}
-#endif
-
 static inline void infer_get_greedy(Infer *m, int *tokens) {
     cudaCheck(cudaStreamSynchronize(m->stream));
     const int V = m->cfg.vocab_size, T = m->all_logits ? m->last_T : 1;  // all_logits: sequence b's last row

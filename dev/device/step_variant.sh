@@ -12,7 +12,7 @@ make -j"$(nproc)" build/libsllm.a build/train_gpt_relu build/gpu_test_kernels > 
 names=""; pids=""
 for a in "$@"; do
   n=${a%%=*}; fl=${a#*=}; names="$names $n"
-  nvcc $VARIANT_NVCC $fl train_gpt_relu.cu -o build/train_gpt_relu_$n $VARIANT_LINK >> "$OUT/build.log" 2>&1 & pids="$pids $!"
+  nvcc $VARIANT_NVCC $fl train_gpt_relu.cu -o build/train_gpt_relu_$n $VARIANT_LINK -lnccl >> "$OUT/build.log" 2>&1 & pids="$pids $!"
   nvcc $VARIANT_NVCC $fl test/gpu/test_kernels.cu -o build/gpu_test_kernels_$n $VARIANT_LINK -lcmocka \
     >> "$OUT/build.log" 2>&1 & pids="$pids $!"
 done

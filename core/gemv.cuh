@@ -36,6 +36,9 @@
 #define GEMV_WARPS 8    // warps (units) per CTA
 #define GEMV_MAX_M 4    // rows of x per call (x stays in shared memory: M * K * 2 bytes)
 #define GEMV_U 8        // 16-byte chunks per lane and weight row in flight (one step covers 2048 columns)
+#ifndef GEMV_GAIN_REG
+#define GEMV_GAIN_REG 2 // 16-byte chunks of the norm's gain per thread loaded before the wait (K <= 4096 at 256 threads;
+#endif                  // dev A/B: 0 loads every chunk's gain after the block sum)
 
 
 // The input rows: x [M, K] as given, or (gain != NULL) x = rmsnorm(a + b) * gain computed by every CTA for itself
@@ -50,6 +53,16 @@ typedef struct {
     int kt_slot;  // core/ktrace.cuh (the launcher sets it)
 #endif
 } GemvIn;
+
+// 8 bf16 in a 16-byte chunk to floats (load8_bf16's conversion, from a register).
+__device__ __forceinline__ void gemv_unpack8(uint4 raw, float out[8]) {
+    const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h2[i]);
+        out[2 * i] = f.x; out[2 * i + 1] = f.y;
+    }
+}
 
 template <int M, int U, bool NORM, class Op>
 static __global__ void __launch_bounds__(32 * GEMV_WARPS)
@@ -73,6 +86,16 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
 #pragma unroll
         for (int r = 0; r < R; r++)
             w[r][u] = live && lane + 32 * u < KC ? __ldg(wr[r] + lane + 32 * u) : zero;
+    // the norm's gain (a weight) before the wait too: the second pass of the norm then waits for no load
+    uint4 gpre[GEMV_GAIN_REG > 0 ? GEMV_GAIN_REG : 1];
+    if constexpr (NORM) {
+        const uint4 *g4 = reinterpret_cast<const uint4 *>(in.gain);
+#pragma unroll
+        for (int i = 0; i < GEMV_GAIN_REG; i++) {
+            const int c = threadIdx.x + i * blockDim.x;
+            gpre[i] = c < KC ? __ldg(g4 + c) : zero;
+        }
+    }
     pdl_launch_dependents();
     pdl_wait();
     KT_WAITED();
@@ -96,7 +119,20 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
             }
             ss = block_sum(ss, s_red);
             const float rs = rsqrtf(ss / (float)K + in.eps);
-            for (int c = threadIdx.x; c < KC; c += blockDim.x) {
+#pragma unroll
+            for (int i = 0; i < GEMV_GAIN_REG; i++) {  // the chunks whose gain is in registers
+                const int c = threadIdx.x + i * blockDim.x;
+                if (c < KC) {
+                    float v[8], g[8];
+                    bf16 *p = reinterpret_cast<bf16 *>(gemv_xs + m * KC + c);
+                    load8_bf16(p, v);
+                    gemv_unpack8(gpre[i], g);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) v[e] = v[e] * rs * g[e];
+                    store8_bf16(p, v);
+                }
+            }
+            for (int c = threadIdx.x + GEMV_GAIN_REG * blockDim.x; c < KC; c += blockDim.x) {  // rows past them
                 float v[8], g[8];
                 bf16 *p = reinterpret_cast<bf16 *>(gemv_xs + m * KC + c);
                 load8_bf16(p, v);

@@ -29,8 +29,9 @@
 //      round-robin (entry e to warp e % 8, 8 weight rows in flight), accumulate h * WdT[unit, slice] in fp32,
 //      then the 8 partial sums are added in warp order: y rounded once to bf16. Deterministic.
 // Both kernels are programmatic dependent launches (twell_ffn_set_decode_pdl, default on): the down is scheduled as the
-// gate's CTAs exit and the next layer's gate while the down finishes, each waiting (griddepcontrol.wait) for the kernel
-// before it to complete before it touches its data: ~0.5 us less per layer, the same bits.
+// gate's CTAs exit, and the kernel after the down (the next layer's q/k/v GEMV or the LM head) as soon as the down
+// starts, so that it loads its first weights on the SMs the down leaves idle; each waits (griddepcontrol.wait) for the
+// kernel before it to complete before it touches its data: the same bits.
 // The active gates are counted on the device (one atomic per gate CTA with actives) for the dispatch; twell/ffn.cuh
 // reads the count back at a later call, without a sync. (The up fused into the gate saves, against a kernel of its own,
 // a launch and its dependent L2/HBM round trips, ~6 us at M 1.)
@@ -43,6 +44,10 @@
 #include "twell/format.h"
 #include "twell/dispatch.h"  // twell_decode_gate_tiles
 #include "twell/updown.cuh"  // twell_bf16x8_to_f32
+
+#ifndef TWELL_DEC_DOWN_EARLY_PDL
+#define TWELL_DEC_DOWN_EARLY_PDL 1  // the down lets the next kernel be scheduled at its start (dev A/B: 0 at its end)
+#endif
 
 #define TWELL_DECODE_MAX_M 64     // rows per call the decode path takes (4 tiles of 16 rows in the gate)
 #define TWELL_DEC_GATE_WARPS 4    // split-K warps per gate CTA at more than 32 rows (8 below: twell_decode_gate_warps)
@@ -246,6 +251,12 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
     const int slice = blockIdx.x, m = blockIdx.y, groups = F / TWELL_DEC_GROUP;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c8 = slice * 32 + lane;  // this lane's 16-byte chunk of the row
+#if TWELL_DEC_DOWN_EARLY_PDL
+    // The next kernel (the next layer's q/k/v GEMV, or the LM head) may be scheduled now: this grid is a few CTAs, all
+    // resident, so the next one's CTAs fill the idle SMs and load their first weights while this one gathers (they
+    // wait for it to complete before they read y).
+    pdl_launch_dependents();
+#endif
     pdl_wait();  // as a programmatic dependent launch: the gate's lists are complete and visible
     KT_WAITED();
     const bool lane_ok = c8 * 8 < D;
@@ -304,7 +315,9 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
             }
         }
     }
-    pdl_launch_dependents();  // the weight rows are read: the next layer's gate may be scheduled (it waits for us)
+#if !TWELL_DEC_DOWN_EARLY_PDL
+    pdl_launch_dependents();  // the weight rows are read: the next kernel may be scheduled (it waits for us)
+#endif
     float4 *rw = reinterpret_cast<float4 *>(&red[warp][8 * lane]);
     rw[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     rw[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
@@ -323,8 +336,8 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
 // The launches (no checks: twell_decode_forward checks). W1 = Wg (gated) or Wu; Wu_up = Wu (gated) or NULL.
 // lists = 0 runs the gate alone (g only: for timing it, bench_decode). pdl = 1 launches both kernels as programmatic
 // dependents of the kernel before them on the stream (cudaLaunchAttributeProgrammaticStreamSerialization; captured
-// into CUDA graphs as programmatic edges): the down is scheduled as the gate's CTAs exit, the next layer's gate while
-// the down adds its last rows; each waits (griddepcontrol.wait) before it reads what the kernel before it writes
+// into CUDA graphs as programmatic edges): the down is scheduled as the gate's CTAs exit, the kernel after the down as
+// the down starts; each waits (griddepcontrol.wait) before it reads what the kernel before it writes
 // or writes what it reads, so the results are the same bits either way (test_decode_pdl). It saves 0.15-0.65 us per
 // layer as a graph, 1.7-3.2 eagerly (H200).
 static inline cudaLaunchConfig_t twell_decode_launch_config(dim3 grid, int block, int pdl, cudaLaunchAttribute *attr,

@@ -3,13 +3,13 @@
 # the dev box, carried: timed beside it when present), and beside -D variants given as name=flags pairs, e.g.
 #   bash dev/device/gemv_variant.sh                                   (carry deps-debs and build/infer_base)
 #   bash dev/device/gemv_variant.sh v1="-DFLAG=1" v2="-DFLAG=2"       (flags a branch adds; c49ea1b's GEMV_CTAS_PER_SM)
-# builds infer, gpu_test_infer and gpu_test_kernels with those flags beside the default build, runs the tests of every
-# build, then `infer --bench` (1 sample, prompt 256, 128 steps, SYNTHETIC 29) of every binary on PRESETS (default 0.5B
+# builds infer and the tests (TESTS, default "gpu_test_infer gpu_test_kernels") with those flags beside the default
+# build, runs the tests of every build, then `infer --bench` (1 sample, prompt 256, 128 steps, SYNTHETIC 29) of every binary on PRESETS (default 0.5B
 # 2B), twice in turn, printing the replayed step's GPU time per FFN mode. Log: $OUT/gemv_variant.log.
 source dev/device/preamble.sh gemv_variant.log
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-TESTS="gpu_test_infer gpu_test_kernels"
-make -j"$(nproc)" build/libsllm.a build/infer build/gpu_test_infer build/gpu_test_kernels > "$OUT/build.log" 2>&1 \
+TESTS=${TESTS:-gpu_test_infer gpu_test_kernels}
+make -j"$(nproc)" build/libsllm.a build/infer $(for t in $TESTS; do echo build/$t; done) > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 names=""; pids=""
 for a in "$@"; do

@@ -4,8 +4,9 @@
 #   bash dev/device/gemv_variant.sh                                   (carry deps-debs and build/infer_base)
 #   bash dev/device/gemv_variant.sh v1="-DFLAG=1" v2="-DFLAG=2"       (flags a branch adds; c49ea1b's GEMV_CTAS_PER_SM)
 # builds infer and the tests (TESTS, default "gpu_test_infer gpu_test_kernels") with those flags beside the default
-# build, runs the tests of every build, then `infer --bench` (1 sample, prompt 256, 128 steps, SYNTHETIC 29) of every binary on PRESETS (default 0.5B
-# 2B), twice in turn, printing the replayed step's GPU time per FFN mode. Log: $OUT/gemv_variant.log.
+# build, runs the tests of every build, then `infer --bench` (1 sample, prompt 256, 128 steps, SYNTHETIC 29) of every
+# binary on PRESETS (default 0.5B 2B), twice in turn, printing the replayed step's GPU time per FFN mode.
+# Log: $OUT/gemv_variant.log.
 source dev/device/preamble.sh gemv_variant.log
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 TESTS=${TESTS:-gpu_test_infer gpu_test_kernels}

@@ -36,9 +36,7 @@
 #define GEMV_WARPS 8    // warps (units) per CTA
 #define GEMV_MAX_M 4    // rows of x per call (x stays in shared memory: M * K * 2 bytes)
 #define GEMV_U 8        // 16-byte chunks per lane and weight row in flight (one step covers 2048 columns)
-#ifndef GEMV_GAIN_REG
-#define GEMV_GAIN_REG 2 // 16-byte chunks of the norm's gain per thread loaded before the wait (K <= 4096 at 256 threads;
-#endif                  // dev A/B: 0 loads every chunk's gain after the block sum)
+#define GEMV_GAIN_REG 2 // 16-byte chunks of the norm's gain per thread loaded before the wait (K <= 4096 at 256 threads)
 
 
 // The input rows: x [M, K] as given, or (gain != NULL) x = rmsnorm(a + b) * gain computed by every CTA for itself
@@ -87,7 +85,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
         for (int r = 0; r < R; r++)
             w[r][u] = live && lane + 32 * u < KC ? __ldg(wr[r] + lane + 32 * u) : zero;
     // the norm's gain (a weight) before the wait too: the second pass of the norm then waits for no load
-    uint4 gpre[GEMV_GAIN_REG > 0 ? GEMV_GAIN_REG : 1];
+    uint4 gpre[GEMV_GAIN_REG];
     if constexpr (NORM) {
         const uint4 *g4 = reinterpret_cast<const uint4 *>(in.gain);
 #pragma unroll

@@ -45,10 +45,6 @@
 #include "twell/dispatch.h"  // twell_decode_gate_tiles
 #include "twell/updown.cuh"  // twell_bf16x8_to_f32
 
-#ifndef TWELL_DEC_DOWN_EARLY_PDL
-#define TWELL_DEC_DOWN_EARLY_PDL 1  // the down lets the next kernel be scheduled at its start (dev A/B: 0 at its end)
-#endif
-
 #define TWELL_DECODE_MAX_M 64     // rows per call the decode path takes (4 tiles of 16 rows in the gate)
 #define TWELL_DEC_GATE_WARPS 4    // split-K warps per gate CTA at more than 32 rows (8 below: twell_decode_gate_warps)
 #define TWELL_DEC_GATE_NB 2       // 8-unit blocks per gate CTA (16 units)
@@ -251,12 +247,10 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
     const int slice = blockIdx.x, m = blockIdx.y, groups = F / TWELL_DEC_GROUP;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c8 = slice * 32 + lane;  // this lane's 16-byte chunk of the row
-#if TWELL_DEC_DOWN_EARLY_PDL
     // The next kernel (the next layer's q/k/v GEMV, or the LM head) may be scheduled now: this grid is a few CTAs, all
     // resident, so the next one's CTAs fill the idle SMs and load their first weights while this one gathers (they
     // wait for it to complete before they read y).
     pdl_launch_dependents();
-#endif
     pdl_wait();  // as a programmatic dependent launch: the gate's lists are complete and visible
     KT_WAITED();
     const bool lane_ok = c8 * 8 < D;
@@ -315,9 +309,6 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
             }
         }
     }
-#if !TWELL_DEC_DOWN_EARLY_PDL
-    pdl_launch_dependents();  // the weight rows are read: the next kernel may be scheduled (it waits for us)
-#endif
     float4 *rw = reinterpret_cast<float4 *>(&red[warp][8 * lane]);
     rw[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     rw[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);

@@ -36,6 +36,12 @@
 #define GEMV_WARPS 8    // warps (units) per CTA
 #define GEMV_MAX_M 4    // rows of x per call (x stays in shared memory: M * K * 2 bytes)
 #define GEMV_U 8        // 16-byte chunks per lane and weight row in flight (one step covers 2048 columns)
+#ifndef GEMV_ROWS_R1_K
+#define GEMV_ROWS_R1_K 0  // dev A/B: gemv_rows at K >= this takes one row per warp (0: never)
+#endif
+#ifndef GEMV_ROWS_R1_U
+#define GEMV_ROWS_R1_U 16
+#endif
 #define GEMV_GAIN_REG 2 // 16-byte chunks of the norm's gain per thread loaded before the wait (K <= 4096 at 256 threads)
 
 
@@ -51,16 +57,6 @@ typedef struct {
     int kt_slot;  // core/ktrace.cuh (the launcher sets it)
 #endif
 } GemvIn;
-
-// 8 bf16 in a 16-byte chunk to floats (load8_bf16's conversion, from a register).
-__device__ __forceinline__ void gemv_unpack8(uint4 raw, float out[8]) {
-    const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 f = __bfloat1622float2(h2[i]);
-        out[2 * i] = f.x; out[2 * i + 1] = f.y;
-    }
-}
 
 template <int M, int U, bool NORM, class Op>
 static __global__ void __launch_bounds__(32 * GEMV_WARPS)
@@ -124,7 +120,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
                     float v[8], g[8];
                     bf16 *p = reinterpret_cast<bf16 *>(gemv_xs + m * KC + c);
                     load8_bf16(p, v);
-                    gemv_unpack8(gpre[i], g);
+                    unpack8_bf16(gpre[i], g);
 #pragma unroll
                     for (int e = 0; e < 8; e++) v[e] = v[e] * rs * g[e];
                     store8_bf16(p, v);
@@ -414,6 +410,15 @@ static inline GemvIn gemv_in(const bf16 *x) { GemvIn in = {x, NULL, NULL, NULL, 
 template <typename OutT>
 static inline void gemv_rows(OutT *y, const GemvIn &in, const bf16 *W, int M, int N, int K, cudaStream_t s) {
     if (N % 2 || ((uintptr_t)W & 15)) SLLM_FATAL("gemv_rows: N=%d must be even and W 16-byte aligned", N);
+#if GEMV_ROWS_R1_K > 0
+    if (K >= GEMV_ROWS_R1_K) {  // dev A/B: one row per warp, GEMV_ROWS_R1_U chunks per lane in flight
+        GemvRowsOp<OutT, 1> op1;
+        op1.W = W; op1.y = y; op1.N = N; op1.K = K;
+        if (!gemv_fits(M, K, in.a)) SLLM_FATAL("gemv_rows: M=%d K=%d do not fit", M, K);
+        gemv_launch_u<GEMV_ROWS_R1_U>(op1, in, M, K, N, s);
+        return;
+    }
+#endif
     GemvRowsOp<OutT> op;
     op.W = W; op.y = y; op.N = N; op.K = K;
     gemv_launch(op, in, M, K, N / 2, s);

@@ -8,15 +8,18 @@
 
 #include "cuda_common.cuh"
 
-// Load 8 consecutive bf16 values (16-byte aligned) into fp32 registers.
-__device__ __forceinline__ void load8_bf16(const bf16 *p, float out[8]) {
-    int4 raw = *reinterpret_cast<const int4 *>(p);
+// 8 bf16 values held in a 16-byte register to fp32.
+__device__ __forceinline__ void unpack8_bf16(uint4 raw, float out[8]) {
     const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(h2[i]);
+        const float2 f = __bfloat1622float2(h2[i]);
         out[2 * i] = f.x; out[2 * i + 1] = f.y;
     }
+}
+// Load 8 consecutive bf16 values (16-byte aligned) into fp32 registers.
+__device__ __forceinline__ void load8_bf16(const bf16 *p, float out[8]) {
+    unpack8_bf16(*reinterpret_cast<const uint4 *>(p), out);
 }
 // Store 8 fp32 values as bf16 (round to nearest even) to a 16-byte aligned address.
 __device__ __forceinline__ void store8_bf16(bf16 *p, const float in[8]) {

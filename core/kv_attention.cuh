@@ -152,17 +152,24 @@ static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const 
 // one before (q, keys, max, sum, values): at a few hundred keys that is ~10 us per layer of a decoding step, longer
 // with the context. Here the keys are cut into blocks of KVD_KEYS, one CTA each (grid: heads x rows x
 // ceil(S / KVD_KEYS); blocks past the row's keys exit at once):
-//   - before waiting for the kernel before it (programmatic dependent launch), a CTA loads the keys it owns that
-//     earlier steps wrote (all but the newest) into registers and asks L2 for their values: only q and the newest
-//     key and value come from the q/k/v kernel before it;
+//   - before waiting for the kernel before it (programmatic dependent launch), a CTA loads the keys and values it owns
+//     that earlier steps wrote (all but the newest) into registers: only q and the newest key and value come from the
+//     q/k/v kernel before it, so after the wait no load but those waits on memory;
 //   - thread t scores key j0 + t (a full dot product, fp32), then block max, exp, block sum, and p v over the block's
 //     keys in key groups (as kv_attention), giving the block's (max m_s, sum l_s, acc_s[hd]);
 //   - one block: out = acc / l directly; several: each writes its (m_s, l_s, acc_s) to `part`, and the last block to
 //     finish (a ticket per (row, head)) combines them in block order: out = sum_s acc_s e^(m_s - M) / sum_s l_s
 //     e^(m_s - M), M = max_s m_s. Deterministic (fixed orders); the same function as kv_attention up to fp32 rounding.
 // Work space (kv_decode_work_alloc): part [B, H, splits, hd + 2] fp32, tickets [B, H] int (zero between calls).
-#define KVD_KEYS 128
-#define KVD_MAX_CHUNKS 16  // hd / 8 <= 16 (hd <= 128)
+#ifndef KVD_KEYS
+#define KVD_KEYS 128       // keys per CTA (its threads)
+#endif
+#define KVD_MAX_CHUNKS 16  // hd / 8 <= 16 (hd <= 128); also the keys a thread weighs in p v (ceil(KVD_KEYS / G))
+// every hd / 8 = C in 1..16 gives each p v thread at most KVD_MAX_CHUNKS keys (G = KVD_KEYS / C groups)
+static constexpr bool kvd_keys_fit(int C) {
+    return C > KVD_MAX_CHUNKS || ((KVD_KEYS + KVD_KEYS / C - 1) / (KVD_KEYS / C) <= KVD_MAX_CHUNKS && kvd_keys_fit(C + 1));
+}
+static_assert(kvd_keys_fit(1), "KVD_KEYS: a p v thread would weigh more than KVD_MAX_CHUNKS keys");
 
 typedef struct {
     float *part;
@@ -190,7 +197,7 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
                            int S, int H, int KVH, int hd, float scale, float *part, int *ticket, int splits KT_PARAM) {
     KT_SCOPE(kt_slot);
     __shared__ float qs[128], ps[KVD_KEYS], red[32];
-    __shared__ float acc_s[KVA_PART_FLOATS];
+    __shared__ float acc_s[8 * KVD_KEYS];  // G * hd <= KVD_KEYS / C * 8 C
     __shared__ int s_last;
     const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, t = threadIdx.x;
     const int n = (pos0_dev ? *pos0_dev : pos0) + 1;  // keys 0 .. pos (the newest written by the kernel before)
@@ -205,16 +212,31 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
 #pragma unroll
         for (int c = 0; c < KVD_MAX_CHUNKS; c++)
             if (c < C) kr[c] = __ldg(krow + c);
-        const char *vrow = reinterpret_cast<const char *>(vbase + (size_t)j * kstride);
-        for (int off = 0; off < hd * 2; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(vrow + off));
+    }
+    // the values this thread weighs in p v (thread (g, c): dims 8c .. 8c + 7 of keys g, g + G, ..., < nk),
+    // those written by earlier steps likewise before the wait
+    const int G = KVD_KEYS / C, c = t % C, g = t / C, nk = min(KVD_KEYS, n - j0);
+    uint4 vr[KVD_MAX_CHUNKS];
+#pragma unroll
+    for (int i = 0; i < KVD_MAX_CHUNKS; i++) {
+        const int jj = g + i * G;
+        if (g < G && jj < nk && j0 + jj < n - 1)
+            vr[i] = __ldg(reinterpret_cast<const uint4 *>(vbase + (size_t)(j0 + jj) * kstride) + c);
     }
     pdl_launch_dependents();
     pdl_wait();
     KT_WAITED();
     if (j == n - 1) {
 #pragma unroll
-        for (int c = 0; c < KVD_MAX_CHUNKS; c++)
-            if (c < C) kr[c] = *(krow + c);  // plain load: written by the kernel before
+        for (int cc = 0; cc < KVD_MAX_CHUNKS; cc++)
+            if (cc < C) kr[cc] = *(krow + cc);  // plain load: written by the kernel before
+    }
+    const int jn = n - 1 - j0;  // the newest key's place in this block
+    if (g < G && jn >= g && jn < nk && (jn - g) % G == 0) {  // its value is this thread's: written by the kernel before
+        const int i = (jn - g) / G;
+#pragma unroll
+        for (int ii = 0; ii < KVD_MAX_CHUNKS; ii++)
+            if (ii == i) vr[ii] = *(reinterpret_cast<const uint4 *>(vbase + (size_t)(n - 1) * kstride) + c);
     }
     const bf16 *qr = q + ((size_t)b * H + h) * hd;
     for (int d = t; d < hd; d += KVD_KEYS) qs[d] = __bfloat162float(qr[d]);
@@ -241,16 +263,18 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     ps[t] = p;
     __syncthreads();
     // p v over key groups (thread (g, c): dims 8c .. 8c + 7 of keys g, g + G, ...), then the groups' sums in order
-    const int G = KVD_KEYS / C, c = t % C, g = t / C, nk = min(KVD_KEYS, n - j0);
     if (g < G) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll 4
-        for (int jj = g; jj < nk; jj += G) {
-            float vv[8];
-            load8_bf16(vbase + (size_t)(j0 + jj) * kstride + 8 * c, vv);
-            const float pj = ps[jj];
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[e] += pj * vv[e];
+        for (int i = 0; i < KVD_MAX_CHUNKS; i++) {
+            const int jj = g + i * G;
+            if (jj < nk) {
+                float vv[8];
+                unpack8_bf16(vr[i], vv);
+                const float pj = ps[jj];
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[e] += pj * vv[e];
+            }
         }
 #pragma unroll
         for (int e = 0; e < 8; e++) acc_s[g * hd + 8 * c + e] = acc[e];

@@ -1,7 +1,7 @@
 // GPU tests of the inference engine (model/infer_engine.cuh) and its kernels, against float64 CPU references.
 //
 // 1. kv_attention (core/kv_attention.cuh) against a float64 attention over the cache: decode rows (T = 1) and prefill
-//    chunks after the first (T > 1, causal inside the chunk), GQA, head dims 24 / 32 / 64 / 128, one key, ~3000
+//    chunks after the first (T > 1, causal inside the chunk), GQA, head dims 24 / 32 / 64 / 96 / 128, one key, ~3000
 //    keys; fresh random inputs; the output poisoned (NaN) first. Relative error < 1e-2 (bf16 output: ~2e-3). At T = 1
 //    also kv_decode_attention (keys split in blocks of 128 over CTAs: one block, several, 32, partial blocks): the
 //    reference, the same bits twice (host and device position), its tickets back at zero.
@@ -152,6 +152,8 @@ static void test_kv_attention(void **state) {
     f += check_kv_attention(2, 1, 383, 384, 32, 8, 64);   // three full blocks, GQA, the last cache position
     f += check_kv_attention(1, 1, 4000, 4096, 2, 1, 128); // 32 blocks, hd 128
     f += check_kv_attention(2, 1, 200, 256, 6, 3, 24);    // hd 24, a partial second block
+    f += check_kv_attention(2, 1, 250, 256, 4, 2, 96);    // hd 96: 12 chunks, 10 key groups (13 keys per p v thread)
+    f += check_kv_attention(1, 1, 1, 8, 2, 2, 128);       // two keys: the newest one's value in the second group
     assert_int_equal(f, 0);
     // argument checks
     char err[256];

@@ -12,7 +12,8 @@ make -j"$(nproc)" build/libsllm.a ${3:-build/infer build/train_gpt_relu build/gp
 for g in 0 1; do
   cmd=$1; [ $g = 1 ] && cmd=$2
   mkdir -p "$OUT/gpu$g"
-  (export OUT=$OUT/gpu$g CUDA_VISIBLE_DEVICES=$g; bash -c "$cmd" > "$OUT/gpu$g.log" 2>&1) & eval "p$g=$!"
+  log=$OUT/gpu$g.log
+  (export OUT=$OUT/gpu$g CUDA_VISIBLE_DEVICES=$g; bash -c "$cmd" > "$log" 2>&1) & eval "p$g=$!"
 done
 wait $p0; wait $p1
 for g in 0 1; do echo "=== GPU $g: $([ $g = 0 ] && echo "$1" || echo "$2")"; cat "$OUT/gpu$g.log"; done

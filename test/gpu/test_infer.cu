@@ -3,7 +3,7 @@
 // 1. kv_attention (core/kv_attention.cuh) against a float64 attention over the cache: decode rows (T = 1) and prefill
 //    chunks after the first (T > 1, causal inside the chunk), GQA, head dims 24 / 32 / 64 / 96 / 128, one key, ~3000
 //    keys; fresh random inputs; the output poisoned (NaN) first. Relative error < 1e-2 (bf16 output: ~2e-3). At T = 1
-//    also kv_decode_attention (keys split in blocks of 128 over CTAs: one block, several, 32, partial blocks): the
+//    also kv_decode_attention (keys split in blocks of KVD_KEYS over CTAs: one block, several, 32, partial blocks): the
 //    reference, the same bits twice (host and device position), its tickets back at zero.
 // 2. rope_forward_qk_at (row positions pos0 + t, pos0 given on the host or read on the device) gives the same bits as
 //    the training RoPE over whole sequences. kv_attention with the position on the device: the same bits as given.
@@ -148,10 +148,12 @@ static void test_kv_attention(void **state) {
     f += check_kv_attention(3, 3, 10, 20, 6, 3, 24);      // hd 24 (3 chunks of 8: idle threads), odd sizes
     f += check_kv_attention(1, 2, 3000, 3100, 2, 1, 32);  // ~3000 keys (more shared memory than the default 48 KB)
     f += check_kv_attention(2, 1, 129, 131, 32, 32, 64);  // the paper's heads, just past one pass of 128 threads
-    f += check_kv_attention(1, 1, 127, 300, 32, 32, 64);  // decoding: exactly one block of 128 keys
-    f += check_kv_attention(2, 1, 383, 384, 32, 8, 64);   // three full blocks, GQA, the last cache position
-    f += check_kv_attention(1, 1, 4000, 4096, 2, 1, 128); // 32 blocks, hd 128
+    f += check_kv_attention(1, 1, 127, 300, 32, 32, 64);  // decoding: 128 keys (half a block)
+    f += check_kv_attention(2, 1, 383, 384, 32, 8, 64);   // a block and a half, GQA, the last cache position
+    f += check_kv_attention(1, 1, 4000, 4096, 2, 1, 128); // 16 blocks, hd 128
     f += check_kv_attention(2, 1, 200, 256, 6, 3, 24);    // hd 24, a partial second block
+    f += check_kv_attention(1, 1, 255, 300, 32, 32, 64);  // exactly one block of 256 keys
+    f += check_kv_attention(2, 1, 511, 512, 8, 8, 128);   // two full blocks of 256, hd 128
     f += check_kv_attention(2, 1, 250, 256, 4, 2, 96);    // hd 96: 12 chunks, 10 key groups (13 keys per p v thread)
     f += check_kv_attention(1, 1, 1, 8, 2, 2, 128);       // two keys: the newest one's value in the second group
     assert_int_equal(f, 0);

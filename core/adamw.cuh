@@ -128,9 +128,6 @@ static __global__ void adamw_kernel(bf16 *param, float *master, MT *m, MT *v, co
 // wd[s] (the caller's per-tensor choice). Every segment boundary and n are multiples of 4 (float4 / 8-byte bf16
 // accesses; all pointers 16-byte aligned). Grid-stride over groups of 4 elements.
 #define ADAMW_MAX_SEGMENTS 32
-#ifndef ADAMW_PIPE  // dev A/B: 1 issues the next group's loads before this group's arithmetic (the same bits)
-#define ADAMW_PIPE 0
-#endif
 typedef struct {
     size_t end[ADAMW_MAX_SEGMENTS];  // exclusive end of each segment (elements), ascending
     float wd[ADAMW_MAX_SEGMENTS];
@@ -143,48 +140,6 @@ static __global__ void __launch_bounds__(256) adamw_multi_kernel(bf16 *param, fl
                                                                  float b1, float b2, float eps, float bc1, float bc2,
                                                                  const float *norm, float max_norm,
                                                                  uint64_t index_base, uint32_t step) {
-#if ADAMW_PIPE
-    const size_t n4 = seg.end[seg.count - 1] / 4, stride = (size_t)gridDim.x * blockDim.x;
-    const float clip = adamw_clip(norm, max_norm);
-    size_t i4 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    // the next group's loads are issued before this group's arithmetic (two groups in flight per thread)
-    float4 g_n, mm_n, vv_n, p_n;
-    if (i4 < n4) {
-        g_n = reinterpret_cast<const float4 *>(grad)[i4];
-        mm_n = adamw_ld4(m, i4);
-        vv_n = adamw_ld4(v, i4);
-        p_n = master ? reinterpret_cast<const float4 *>(master)[i4] : adamw_ld4(param, i4);
-    }
-    for (; i4 < n4; i4 += stride) {
-        size_t i = i4 * 4;
-        int s = 0;
-        while (i >= seg.end[s]) s++;
-        float wd = seg.wd[s];
-        float4 g = g_n, mm = mm_n, vv = vv_n, p = p_n;
-        if (i4 + stride < n4) {
-            g_n = reinterpret_cast<const float4 *>(grad)[i4 + stride];
-            mm_n = adamw_ld4(m, i4 + stride);
-            vv_n = adamw_ld4(v, i4 + stride);
-            p_n = master ? reinterpret_cast<const float4 *>(master)[i4 + stride] : adamw_ld4(param, i4 + stride);
-        }
-        p.x = adamw_elem(g.x * clip, mm.x, vv.x, p.x, lr, b1, b2, eps, wd, bc1, bc2);
-        p.y = adamw_elem(g.y * clip, mm.y, vv.y, p.y, lr, b1, b2, eps, wd, bc1, bc2);
-        p.z = adamw_elem(g.z * clip, mm.z, vv.z, p.z, lr, b1, b2, eps, wd, bc1, bc2);
-        p.w = adamw_elem(g.w * clip, mm.w, vv.w, p.w, lr, b1, b2, eps, wd, bc1, bc2);
-        adamw_st4(m, i4, mm, step, index_base + i, 0);
-        adamw_st4(v, i4, vv, step, index_base + i, 1);
-        if (master) {
-            reinterpret_cast<float4 *>(master)[i4] = p;
-            __nv_bfloat162 lo = __floats2bfloat162_rn(p.x, p.y), hi = __floats2bfloat162_rn(p.z, p.w);
-            uint2 packed;
-            packed.x = *reinterpret_cast<uint32_t *>(&lo);
-            packed.y = *reinterpret_cast<uint32_t *>(&hi);
-            reinterpret_cast<uint2 *>(param)[i4] = packed;
-        } else {
-            adamw_st4(param, i4, p, step, index_base + i, 2);
-        }
-    }
-#else
     const size_t n4 = seg.end[seg.count - 1] / 4;
     const float clip = adamw_clip(norm, max_norm);
     for (size_t i4 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i4 < n4; i4 += (size_t)gridDim.x * blockDim.x) {
@@ -213,7 +168,6 @@ static __global__ void __launch_bounds__(256) adamw_multi_kernel(bf16 *param, fl
             adamw_st4(param, i4, p, step, index_base + i, 2);
         }
     }
-#endif
 }
 
 // One launch for all segments. Grid: enough blocks to fill the GPU several times over (grid-stride beyond).

@@ -42,9 +42,6 @@
 #ifndef GEMV_ROWS_R1_U
 #define GEMV_ROWS_R1_U 16
 #endif
-#ifndef GEMV_L2_AHEAD
-#define GEMV_L2_AHEAD 0  // dev A/B: the ops (L2_AHEAD_BIT: 1 FFN up / gate, 2 q/k/v, 4 LM head, 8 rows) whose first wave
-#endif                   // asks L2 for the later waves' weights before the wait
 #define GEMV_GAIN_REG 2 // 16-byte chunks of the norm's gain per thread loaded before the wait (K <= 4096 at 256 threads)
 
 
@@ -63,7 +60,7 @@ typedef struct {
 
 template <int M, int U, bool NORM, class Op>
 static __global__ void __launch_bounds__(32 * GEMV_WARPS)
-gemv_kernel(const Op op, const GemvIn in, int K, int units, int ahead) {
+gemv_kernel(const Op op, const GemvIn in, int K, int units) {
     constexpr int R = Op::R;
     KT_SCOPE(in.kt_slot);
     extern __shared__ uint4 gemv_xs[];  // x [M, K / 8] in 16-byte chunks
@@ -93,14 +90,6 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units, int ahead) {
             gpre[i] = c < KC ? __ldg(g4 + c) : zero;
         }
     }
-    // ahead > 0 (the CTAs resident at once): a CTA of the first wave asks L2 for the rows of CTAs b + ahead, b + 2 ahead,
-    // ... (each warp its own unit's, lane r row r) while the kernel before it still runs and HBM has room
-    if (ahead > 0 && (int)blockIdx.x < ahead && lane < R)
-        for (int b2 = blockIdx.x + ahead; b2 < (int)gridDim.x; b2 += ahead) {
-            const int u2 = b2 * GEMV_WARPS + warp;
-            if (u2 < units)
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(op.row(u2, lane)), "r"(K * 2) : "memory");
-        }
     pdl_launch_dependents();
     pdl_wait();
     KT_WAITED();
@@ -207,7 +196,6 @@ template <typename OutT, int RR = 2>
 struct GemvRowsOp {
     static constexpr int R = RR;
     static constexpr bool COUNTS = false;
-    static constexpr int L2_AHEAD_BIT = 8;
     static constexpr int SMEM_FLOATS = 0;
     const bf16 *W;
     OutT *y;
@@ -234,7 +222,6 @@ struct GemvRowsOp {
 struct GemvLogitsArgmaxOp {
     static constexpr int R = 2;
     static constexpr bool COUNTS = true;  // finish runs: the CTA's best per row
-    static constexpr int L2_AHEAD_BIT = 4;
     static constexpr int SMEM_FLOATS = 2 * GEMV_WARPS * GEMV_MAX_M;  // one 8-byte key per warp and row
     const bf16 *W;
     float *y;
@@ -278,7 +265,6 @@ template <bool GATED>
 struct GemvFFNUpOp {
     static constexpr int R = GATED ? 2 : 1;
     static constexpr bool COUNTS = true;
-    static constexpr int L2_AHEAD_BIT = 1;
     static constexpr int SMEM_FLOATS = 0;
     const bf16 *wg, *wu;
     bf16 *h;
@@ -315,7 +301,6 @@ struct GemvFFNUpOp {
 struct GemvQKVRopeOp {
     static constexpr int R = 2;
     static constexpr bool COUNTS = false;
-    static constexpr int L2_AHEAD_BIT = 2;
     static constexpr int SMEM_FLOATS = 0;
     const bf16 *wq, *wk, *wv;  // [Q, K], [KV, K], [KV, K]
     bf16 *q, *kc, *vc;
@@ -381,28 +366,15 @@ static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int un
                                        (int)smem));
         smem_set = smem;
     }
-    int ahead = 0;
-    if (GEMV_L2_AHEAD & Op::L2_AHEAD_BIT) {  // the CTAs resident at once (per instantiation and shared memory size)
-        static size_t occ_smem = (size_t)-1;
-        static int occ_ctas = 0;
-        if (smem != occ_smem) {
-            int per_sm = 0;
-            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<M, U, NORM, Op>,
-                                                                    32 * GEMV_WARPS, smem));
-            occ_ctas = per_sm * cuda_sm_count();
-            occ_smem = smem;
-        }
-        ahead = occ_ctas;
-    }
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)((units + GEMV_WARPS - 1) / GEMV_WARPS)),
                                                      dim3(32 * GEMV_WARPS), smem, 1, &attr, s);
 #ifdef SLLM_KTRACE
     GemvIn in_t = in;
     in_t.kt_slot = kt_take(__PRETTY_FUNCTION__);
-    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in_t, K, units, ahead));
+    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in_t, K, units));
 #else
-    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in, K, units, ahead));
+    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in, K, units));
 #endif
 }
 

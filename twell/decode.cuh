@@ -378,7 +378,6 @@ static inline void twell_decode_down(const bf16 *WdT, const int *cnt, const uint
 struct TwellDecodeGemvGateOp {
     static constexpr int R = 2;
     static constexpr bool COUNTS = true;
-    static constexpr int L2_AHEAD_BIT = 1;
     static constexpr int SMEM_FLOATS = 2 * GEMV_MAX_M * TWELL_DEC_GROUP;  // g, then h, of the group's units per row
     const bf16 *w1, *wu;  // wu NULL: non-gated (h = g)
     bf16 *g;

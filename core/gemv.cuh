@@ -36,12 +36,6 @@
 #define GEMV_WARPS 8    // warps (units) per CTA
 #define GEMV_MAX_M 4    // rows of x per call (x stays in shared memory: M * K * 2 bytes)
 #define GEMV_U 8        // 16-byte chunks per lane and weight row in flight (one step covers 2048 columns)
-#ifndef GEMV_ROWS_R1_K
-#define GEMV_ROWS_R1_K 0  // dev A/B: gemv_rows at K >= this takes one row per warp (0: never)
-#endif
-#ifndef GEMV_ROWS_R1_U
-#define GEMV_ROWS_R1_U 16
-#endif
 #define GEMV_GAIN_REG 2 // 16-byte chunks of the norm's gain per thread loaded before the wait (K <= 4096 at 256 threads)
 
 
@@ -410,15 +404,6 @@ static inline GemvIn gemv_in(const bf16 *x) { GemvIn in = {x, NULL, NULL, NULL, 
 template <typename OutT>
 static inline void gemv_rows(OutT *y, const GemvIn &in, const bf16 *W, int M, int N, int K, cudaStream_t s) {
     if (N % 2 || ((uintptr_t)W & 15)) SLLM_FATAL("gemv_rows: N=%d must be even and W 16-byte aligned", N);
-#if GEMV_ROWS_R1_K > 0
-    if (K >= GEMV_ROWS_R1_K) {  // dev A/B: one row per warp, GEMV_ROWS_R1_U chunks per lane in flight
-        GemvRowsOp<OutT, 1> op1;
-        op1.W = W; op1.y = y; op1.N = N; op1.K = K;
-        if (!gemv_fits(M, K, in.a)) SLLM_FATAL("gemv_rows: M=%d K=%d do not fit", M, K);
-        gemv_launch_u<GEMV_ROWS_R1_U>(op1, in, M, K, N, s);
-        return;
-    }
-#endif
     GemvRowsOp<OutT> op;
     op.W = W; op.y = y; op.N = N; op.K = K;
     gemv_launch(op, in, M, K, N / 2, s);

@@ -161,9 +161,7 @@ static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const 
 //     finish (a ticket per (row, head)) combines them in block order: out = sum_s acc_s e^(m_s - M) / sum_s l_s
 //     e^(m_s - M), M = max_s m_s. Deterministic (fixed orders); the same function as kv_attention up to fp32 rounding.
 // Work space (kv_decode_work_alloc): part [B, H, splits, hd + 2] fp32, tickets [B, H] int (zero between calls).
-#ifndef KVD_KEYS
 #define KVD_KEYS 256       // keys per CTA (its threads)
-#endif
 #define KVD_MAX_CHUNKS 16  // hd / 8 <= 16 (hd <= 128); also the keys a thread weighs in p v (ceil(KVD_KEYS / G))
 // every hd / 8 = C in 1..16 gives each p v thread at most KVD_MAX_CHUNKS keys (G = KVD_KEYS / C groups)
 static constexpr bool kvd_keys_fit(int C) {

@@ -11,15 +11,8 @@ source dev/device/preamble.sh ffn_variant.log
 TESTS="gpu_test_twell_train gpu_test_train_sparse"
 make -j"$(nproc)" build/libsllm.a build/bench_ffn_train build/gpu_test_twell_train build/gpu_test_train_sparse \
   > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-names=""; pids=""
-for a in "$@"; do
-  n=${a%%=*}; fl=${a#*=}; names="$names $n"
-  nvcc $VARIANT_NVCC $fl dev/bench/bench_ffn_train.cu -o build/bench_ffn_train_$n $VARIANT_LINK >> "$OUT/build.log" 2>&1 & pids="$pids $!"
-  for t in $TESTS; do
-    nvcc $VARIANT_NVCC $fl test/gpu/${t#gpu_}.cu -o build/${t}_$n $VARIANT_LINK -lcmocka >> "$OUT/build.log" 2>&1 & pids="$pids $!"
-  done
-done
-for p in $pids; do wait $p || echo "a variant build failed (see build.log)"; done  # (a bare wait also waits for tee)
+mapfile -t specs < <(test_specs $TESTS)
+variant_builds "dev/bench/bench_ffn_train.cu|bench_ffn_train|" "${specs[@]}" -- "$@"; names=$VARIANT_NAMES
 el; echo built
 for n in "" $names; do
   for t in $TESTS; do

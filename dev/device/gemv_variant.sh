@@ -12,15 +12,8 @@ export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$L
 TESTS=${TESTS:-gpu_test_infer gpu_test_kernels}
 make -j"$(nproc)" build/libsllm.a build/infer $(for t in $TESTS; do echo build/$t; done) > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-names=""; pids=""
-for a in "$@"; do
-  n=${a%%=*}; fl=${a#*=}; names="$names $n"
-  nvcc $VARIANT_NVCC $fl infer.cu -o build/infer_$n $VARIANT_LINK >> "$OUT/build.log" 2>&1 & pids="$pids $!"
-  for t in $TESTS; do
-    nvcc $VARIANT_NVCC $fl test/gpu/${t#gpu_}.cu -o build/${t}_$n $VARIANT_LINK -lcmocka >> "$OUT/build.log" 2>&1 & pids="$pids $!"
-  done
-done
-for p in $pids; do wait $p || echo "a variant build failed (see build.log)"; done
+mapfile -t specs < <(test_specs $TESTS)
+variant_builds "infer.cu|infer|" "${specs[@]}" -- "$@"; names=$VARIANT_NAMES
 echo "$(el) built"
 for n in "" $names; do
   for t in $TESTS; do

@@ -9,14 +9,8 @@
 source dev/device/preamble.sh step_variant.log
 make -j"$(nproc)" build/libsllm.a build/train_gpt_relu build/gpu_test_kernels > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-names=""; pids=""
-for a in "$@"; do
-  n=${a%%=*}; fl=${a#*=}; names="$names $n"
-  nvcc $VARIANT_NVCC $fl train_gpt_relu.cu -o build/train_gpt_relu_$n $VARIANT_LINK -lnccl >> "$OUT/build.log" 2>&1 & pids="$pids $!"
-  nvcc $VARIANT_NVCC $fl test/gpu/test_kernels.cu -o build/gpu_test_kernels_$n $VARIANT_LINK -lcmocka \
-    >> "$OUT/build.log" 2>&1 & pids="$pids $!"
-done
-for p in $pids; do wait $p || echo "a variant build failed (see build.log)"; done
+variant_builds "train_gpt_relu.cu|train_gpt_relu|-lnccl" "test/gpu/test_kernels.cu|gpu_test_kernels|-lcmocka" -- "$@"
+names=$VARIANT_NAMES
 echo "$(el) built"
 for n in "" $names; do
   b=gpu_test_kernels${n:+_$n}

@@ -7,13 +7,8 @@
 source dev/device/preamble.sh wg_variant.log
 make -j"$(nproc)" build/libsllm.a build/gpu_test_attention build/bench_attention > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-names=""; pids=""
-for a in "$@"; do
-  n=${a%%=*}; fl=${a#*=}; names="$names $n"
-  nvcc $VARIANT_NVCC $fl dev/bench/bench_attention.cu -o build/bench_attention_$n $VARIANT_LINK >> "$OUT/build.log" 2>&1 & pids="$pids $!"
-  nvcc $VARIANT_NVCC $fl test/gpu/test_attention.cu -o build/gpu_test_attention_$n $VARIANT_LINK -lcmocka >> "$OUT/build.log" 2>&1 & pids="$pids $!"
-done
-for p in $pids; do wait $p || echo "a variant build failed (see build.log)"; done  # (a bare wait also waits for tee)
+variant_builds "dev/bench/bench_attention.cu|bench_attention|" "test/gpu/test_attention.cu|gpu_test_attention|-lcmocka" -- "$@"
+names=$VARIANT_NAMES
 el; echo built
 for n in "" $names; do
   t=gpu_test_attention${n:+_$n}

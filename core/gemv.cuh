@@ -120,7 +120,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
                     store8_bf16(p, v);
                 }
             }
-            for (int c = threadIdx.x + GEMV_GAIN_REG * blockDim.x; c < KC; c += blockDim.x) {  // rows past them
+            for (int c = threadIdx.x + GEMV_GAIN_REG * blockDim.x; c < KC; c += blockDim.x) {  // the chunks past them
                 float v[8], g[8];
                 bf16 *p = reinterpret_cast<bf16 *>(gemv_xs + m * KC + c);
                 load8_bf16(p, v);

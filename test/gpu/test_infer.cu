@@ -3,7 +3,7 @@
 // 1. kv_attention (core/kv_attention.cuh) against a float64 attention over the cache: decode rows (T = 1) and prefill
 //    chunks after the first (T > 1, causal inside the chunk), GQA, head dims 24 / 32 / 64 / 96 / 128, one key, ~3000
 //    keys; fresh random inputs; the output poisoned (NaN) first. Relative error < 1e-2 (bf16 output: ~2e-3). At T = 1
-//    also kv_decode_attention (keys split in blocks of KVD_KEYS over CTAs: one block, several, 32, partial blocks): the
+//    also kv_decode_attention (keys split in blocks of KVD_KEYS over CTAs: one block, several, 16, partial blocks): the
 //    reference, the same bits twice (host and device position), its tickets back at zero.
 // 2. rope_forward_qk_at (row positions pos0 + t, pos0 given on the host or read on the device) gives the same bits as
 //    the training RoPE over whole sequences. kv_attention with the position on the device: the same bits as given.

@@ -350,16 +350,35 @@ static inline void infer_ffn_dense_gemv(Infer *m, const BlockShape *bs, const La
 
 // AUTO at decoding steps on the GEMV kernels (step_gemv): the dispatch models of twell/ were fitted against the
 // cuBLASLt dense FFN, which the GEMV dense FFN beats by 1.5-2x at these sizes, so the predicted crossover is wrong
-// there. Instead, at a layer's first such call (eager, never under capture) both paths run on the layer's own input,
-// INFER_DEC_MEASURE_REPS times each, interleaved, timed with events (the counters off), and the faster median is the
-// layer's path for the Infer's life (graphs capture it). Returns 1 (dense) or 2 (sparse). The host waits for each
-// run: a one-time cost of the first decoding step.
+// there. Instead, at a layer's first such call (eager, never under capture) both paths are measured on the layer's
+// own input as they run in a decoding step: each captured as a CUDA graph of INFER_DEC_MEASURE_CALLS calls back to
+// back (programmatic launches, so each call's first kernel loads its weights while the call before it ends, as the
+// FFN's kernels overlap their neighbours in the step's graph; counters off), the two graphs replayed
+// INFER_DEC_MEASURE_REPS times each, interleaved, timed with events; the faster median per call is the layer's path
+// for the Infer's life (graphs capture it). Timed alone with a sync between runs, the sparse FFN lost what its
+// overlap gains in the step (H200, 2B: AUTO 6.6-7.2% slower than the sparse step). Returns 1 (dense) or 2 (sparse).
+// The host waits for each replay: a one-time cost of the first decoding step (two captures per layer).
+#define INFER_DEC_MEASURE_CALLS 4
 #define INFER_DEC_MEASURE_REPS 5
-static inline int infer_measure_decode_path(Infer *m, const BlockShape *bs, const LayerWeights *w, int l, int N) {
-    const int D = bs->D, F = bs->F;
-    cudaStream_t s = m->stream;
+static inline void infer_dec_measure_call(Infer *m, const BlockShape *bs, const LayerWeights *w, int l, int N, int p) {
     TwellFFNWorkspace *ws = &m->ws[l];
-    const bf16 *WdT = m->wdT + (size_t)l * F * D;
+    if (p == 0) infer_ffn_dense_gemv(m, bs, w, gemv_in(m->ln), ws->dense.g, N, NULL, NULL);
+    else if (twell_decode_forward(m->ln, w->wg, w->wu, m->wdT + (size_t)l * bs->F * bs->D, m->y, N, bs->D, bs->F,
+                                  bs->gated, ws->dec_g, ws->dec_cnt, ws->dec_ent, NULL, ws->dec_pdl, m->stream) != TWELL_OK)
+        SLLM_FATAL("infer: the decode path of layer %d failed (above)", l);
+}
+static inline int infer_measure_decode_path(Infer *m, const BlockShape *bs, const LayerWeights *w, int l, int N) {
+    cudaStream_t s = m->stream;
+    cudaGraphExec_t ge[2];
+    for (int p = 0; p < 2; p++) {
+        cudaGraph_t g;
+        cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int c = 0; c < INFER_DEC_MEASURE_CALLS; c++) infer_dec_measure_call(m, bs, w, l, N, p);
+        cudaCheck(cudaStreamEndCapture(s, &g));
+        cudaCheck(cudaGraphInstantiate(&ge[p], g, 0));
+        cudaCheck(cudaGraphDestroy(g));
+        cudaCheck(cudaGraphLaunch(ge[p], s));  // warm-up (instruction caches, L2 state of the other path)
+    }
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
@@ -367,19 +386,17 @@ static inline int infer_measure_decode_path(Infer *m, const BlockShape *bs, cons
     for (int r = 0; r < INFER_DEC_MEASURE_REPS; r++)
         for (int p = 0; p < 2; p++) {
             cudaCheck(cudaEventRecord(e0, s));
-            if (p == 0) infer_ffn_dense_gemv(m, bs, w, gemv_in(m->ln), ws->dense.g, N, NULL, NULL);
-            else if (twell_decode_forward(m->ln, w->wg, w->wu, WdT, m->y, N, D, F, bs->gated, ws->dec_g, ws->dec_cnt,
-                                          ws->dec_ent, NULL, ws->dec_pdl, s) != TWELL_OK)
-                SLLM_FATAL("infer: the decode path of layer %d failed (above)", l);
+            cudaCheck(cudaGraphLaunch(ge[p], s));
             cudaCheck(cudaEventRecord(e1, s));
             cudaCheck(cudaEventSynchronize(e1));
             float ms = 0.0f;
             cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
-            t[p].push_back(ms * 1e3f);
+            t[p].push_back(ms * 1e3f / INFER_DEC_MEASURE_CALLS);
         }
     cudaCheck(cudaEventDestroy(e0));
     cudaCheck(cudaEventDestroy(e1));
     for (int p = 0; p < 2; p++) {
+        cudaCheck(cudaGraphExecDestroy(ge[p]));
         std::sort(t[p].begin(), t[p].end());
         m->dec_us[l][p] = t[p][INFER_DEC_MEASURE_REPS / 2];
     }

@@ -13,6 +13,9 @@
 //     ... of each row, GEMV_U chunks per row in flight (8 KB per warp at R = 2), and keeps x in shared memory;
 //   - the first chunks of the weights are loaded BEFORE waiting for the kernel before it (programmatic dependent
 //     launch: weights do not depend on it), so the weight stream continues across kernel boundaries;
+//   - a matrix of more units than one wave of CTAs (and rows of one step, K <= 2048) is staged: each CTA takes two
+//     CTAs' units, the second set's weights copied into shared memory before the wait too, so the whole matrix is
+//     requested while the kernel before still runs;
 //   - the dot products are summed lane by lane in chunk order, then across the warp by a fixed butterfly:
 //     deterministic, the same bits for the same inputs;
 //   - the epilogue (an Op) gets the unit's M x R sums in lane 0 and stores them: plain rows (bf16 or fp32), the gated
@@ -21,8 +24,8 @@
 // An Op provides: R (rows per unit), COUNTS (whether store returns a count summed per CTA for finish), SMEM_FLOATS
 // (shared scratch of the CTA for store and finish), row(unit, r) (the weight row), store<M>(unit, lane, acc, xs, KC,
 // smem) (every lane of the unit's warp, with the sums in every lane and x in shared memory; ops that only store write
-// from lane 0; returns the unit's count in lane 0) and finish(cta_count, smem) (every thread of the CTA after a barrier,
-// COUNTS only).
+// from lane 0; returns the unit's count in lane 0) and finish(cta_count, smem, vb) (every thread of the CTA after a
+// barrier, COUNTS only; vb is the virtual CTA: blockIdx.x, or 2 blockIdx.x + set when staged, below).
 #ifndef SLLM_GEMV_CUH
 #define SLLM_GEMV_CUH
 
@@ -52,16 +55,20 @@ typedef struct {
 #endif
 } GemvIn;
 
-template <int M, int U, bool NORM, class Op>
+// STAGE (K <= 256 U, one step): a CTA does the units of two CTAs, "sets" 0 and 1 (virtual CTAs 2b and 2b + 1):
+// set 0's weights into registers and set 1's into shared memory (cp.async), all before the wait, so that a matrix
+// of more units than the GPU holds warps at once streams in one wave instead of two or more (the second wave's loads
+// would start only when the first wave's CTAs exit). Set 1 is summed in the same order as set 0: the same bits.
+template <int M, int U, bool NORM, bool STAGE, class Op>
 static __global__ void __launch_bounds__(32 * GEMV_WARPS)
 gemv_kernel(const Op op, const GemvIn in, int K, int units) {
-    constexpr int R = Op::R;
+    constexpr int R = Op::R, SETS = STAGE ? 2 : 1;
     KT_SCOPE(in.kt_slot);
-    extern __shared__ uint4 gemv_xs[];  // x [M, K / 8] in 16-byte chunks
-    __shared__ int s_count[GEMV_WARPS];
+    extern __shared__ uint4 gemv_xs[];  // x [M, K / 8] in 16-byte chunks; STAGE: then set 1's weights [W][R][U][32]
+    __shared__ int s_count[SETS][GEMV_WARPS];
     __shared__ float s_red[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int unit = blockIdx.x * GEMV_WARPS + warp, KC = K >> 3;
+    const int unit = blockIdx.x * SETS * GEMV_WARPS + warp, KC = K >> 3;
     const bool live = unit < units;
     const uint4 *wr[R];
 #pragma unroll
@@ -74,6 +81,25 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
 #pragma unroll
         for (int r = 0; r < R; r++)
             w[r][u] = live && lane + 32 * u < KC ? __ldg(wr[r] + lane + 32 * u) : zero;
+    // set 1's weights into shared memory: each lane copies the chunks it will read (no barrier needed)
+    const int unit1 = unit + GEMV_WARPS;
+    const bool live1 = STAGE && unit1 < units;
+    uint4 *stage = gemv_xs + M * KC + (size_t)warp * R * U * 32;
+    if constexpr (STAGE) {
+        if (live1)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint4 *src = reinterpret_cast<const uint4 *>(op.row(unit1, r));
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    if (lane + 32 * u < KC) {
+                        const unsigned dst = (unsigned)__cvta_generic_to_shared(stage + (r * U + u) * 32 + lane);
+                        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src + lane + 32 * u)
+                                     : "memory");
+                    }
+            }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
     // the norm's gain (a weight) before the wait too: the second pass of the norm then waits for no load
     uint4 gpre[GEMV_GAIN_REG];
     if constexpr (NORM) {
@@ -171,15 +197,53 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], o);
     }
-    __shared__ float s_op[Op::SMEM_FLOATS > 0 ? Op::SMEM_FLOATS : 1];
+    constexpr int SF = Op::SMEM_FLOATS > 0 ? Op::SMEM_FLOATS : 1;
+    __shared__ float s_op[SETS * SF];
     int count = 0;
     if (live) count = op.template store<M>(unit, lane, acc, gemv_xs, KC, s_op);
+    if (lane == 0) s_count[0][warp] = count;
+    if constexpr (STAGE) {  // set 1 from shared memory, the chunks in set 0's order
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        float acc1[M][R];
+#pragma unroll
+        for (int m = 0; m < M; m++)
+#pragma unroll
+            for (int r = 0; r < R; r++) acc1[m][r] = 0.0f;
+        if (live1) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = lane + 32 * u;
+                if (c < KC) {
+                    uint4 wv[R];
+#pragma unroll
+                    for (int r = 0; r < R; r++) wv[r] = stage[(r * U + u) * 32 + lane];
+#pragma unroll
+                    for (int m = 0; m < M; m++) {
+                        const uint4 xv = gemv_xs[m * KC + c];
+#pragma unroll
+                        for (int r = 0; r < R; r++) acc1[m][r] = dot8_bf16(xv, wv[r], acc1[m][r]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < M; m++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1) acc1[m][r] += __shfl_xor_sync(0xffffffffu, acc1[m][r], o);
+        }
+        int count1 = 0;
+        if (live1) count1 = op.template store<M>(unit1, lane, acc1, gemv_xs, KC, s_op + SF);
+        if (lane == 0) s_count[SETS - 1][warp] = count1;
+    }
     if constexpr (Op::COUNTS) {
-        if (lane == 0) s_count[warp] = count;
         __syncthreads();
-        int total = 0;
-        for (int i = 0; i < GEMV_WARPS; i++) total += s_count[i];
-        op.finish(total, s_op);
+#pragma unroll
+        for (int st = 0; st < SETS; st++) {
+            int total = 0;
+            for (int i = 0; i < GEMV_WARPS; i++) total += s_count[st][i];
+            op.finish(total, s_op + st * SF, (int)blockIdx.x * SETS + st);
+        }
     }
 }
 
@@ -207,7 +271,7 @@ struct GemvRowsOp {
             }
         return 0;
     }
-    __device__ void finish(int, float *) const {}
+    __device__ void finish(int, float *, int) const {}
 };
 
 // Greedy decoding's pick, fused into the LM head: logits y [M, N] fp32 as GemvRowsOp, and best[m] = the largest
@@ -240,11 +304,11 @@ struct GemvLogitsArgmaxOp {
         }
         return 0;
     }
-    __device__ void finish(int, float *sm) const {
+    __device__ void finish(int, float *sm, int vb) const {
         const unsigned long long *keys = reinterpret_cast<const unsigned long long *>(sm);
         const int m = threadIdx.x;
         if (m >= M) return;
-        const int live = min(GEMV_WARPS, (N / R) - (int)blockIdx.x * GEMV_WARPS);  // warps with a unit
+        const int live = min(GEMV_WARPS, (N / R) - vb * GEMV_WARPS);  // warps with a unit
         unsigned long long k = 0ull;
         for (int w = 0; w < live; w++) k = keys[w * GEMV_MAX_M + m] > k ? keys[w * GEMV_MAX_M + m] : k;
         if (k) atomicMax(best + m, k);
@@ -283,7 +347,7 @@ struct GemvFFNUpOp {
         if (fired && on) fired[u] = 1;
         return on;
     }
-    __device__ void finish(int total, float *) const {
+    __device__ void finish(int total, float *, int) const {
         if (threadIdx.x == 0 && nnz && total) atomicAdd(nnz, (unsigned long long)total);
     }
 };
@@ -337,7 +401,7 @@ struct GemvQKVRopeOp {
         }
         return 0;
     }
-    __device__ void finish(int, float *) const {}
+    __device__ void finish(int, float *, int) const {}
 };
 
 // ---- launcher ----
@@ -351,25 +415,45 @@ static inline bool gemv_fits(int M, int K, const void *x) {
            (size_t)M * K * 2 <= GEMV_MAX_SMEM;
 }
 
-template <int M, int U, bool NORM, class Op>
-static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
-    const size_t smem = (size_t)M * K * 2;
+// CTAs of the GEMV resident at once (two per SM: at most 128 registers per thread, 256 threads), per process.
+static inline int gemv_resident_ctas(void) {
+    static int n = 0;
+    if (!n) n = 2 * cuda_sm_count();
+    return n;
+}
+
+template <int M, int U, bool NORM, bool STAGE, class Op>
+static inline void gemv_launch_kernel(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
+    const size_t smem = (size_t)M * K * 2 + (STAGE ? sizeof(uint4) * GEMV_WARPS * Op::R * U * 32 : 0);
     static size_t smem_set = 48 * 1024;  // the default limit; raised once as needed (per instantiation)
     if (smem > smem_set) {
-        cudaCheck(cudaFuncSetAttribute(gemv_kernel<M, U, NORM, Op>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
+        cudaCheck(cudaFuncSetAttribute(gemv_kernel<M, U, NORM, STAGE, Op>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = smem;
     }
+    const int per_cta = (STAGE ? 2 : 1) * GEMV_WARPS;
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)((units + GEMV_WARPS - 1) / GEMV_WARPS)),
+    const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)((units + per_cta - 1) / per_cta)),
                                                      dim3(32 * GEMV_WARPS), smem, 1, &attr, s);
 #ifdef SLLM_KTRACE
     GemvIn in_t = in;
     in_t.kt_slot = kt_take(__PRETTY_FUNCTION__);
-    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in_t, K, units));
+    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, STAGE, Op>, op, in_t, K, units));
 #else
-    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, Op>, op, in, K, units));
+    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, U, NORM, STAGE, Op>, op, in, K, units));
 #endif
+}
+
+// Staged (two sets of units per CTA) when the rows are one step (K <= 256 U) and one CTA per 8 units would be more
+// than one wave; -DGEMV_STAGE=0 never stages (dev A/B).
+#ifndef GEMV_STAGE
+#define GEMV_STAGE 1
+#endif
+template <int M, int U, bool NORM, class Op>
+static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
+    const bool stage = GEMV_STAGE && K <= 256 * U && (units + GEMV_WARPS - 1) / GEMV_WARPS > gemv_resident_ctas();
+    if (stage) gemv_launch_kernel<M, U, NORM, true>(op, in, K, units, s);
+    else gemv_launch_kernel<M, U, NORM, false>(op, in, K, units, s);
 }
 
 template <int U, class Op>

@@ -442,8 +442,8 @@ struct TwellDecodeGemvGateOp {
         }
         return on;
     }
-    __device__ void finish(int total, float *sm) const {
-        const int group = blockIdx.x, groups = F / TWELL_DEC_GROUP, m = threadIdx.x;
+    __device__ void finish(int total, float *sm, int vb) const {
+        const int group = vb, groups = F / TWELL_DEC_GROUP, m = threadIdx.x;
         if (m < M) {
             int k = 0;
             for (int j = 0; j < TWELL_DEC_GROUP; j++)

@@ -975,6 +975,34 @@ static void gemv_rows_case(int M, int N, int K, int f32) {
     free(x); free(W); free(ref); free(h1); free(h2);
     cudaFree(dx); cudaFree(dW); cudaFree(dy);
 }
+// A matrix of more units than one wave of CTAs is staged (two sets of units per CTA, the second through shared
+// memory): its rows must equal, bit for bit, the same rows computed in calls of 2048 rows (one wave, not staged), and
+// the float64 reference.
+static void gemv_staged_case(int M, int N, int K) {
+    const int staged = K <= 256 * GEMV_U && (N / 2 + GEMV_WARPS - 1) / GEMV_WARPS > gemv_resident_ctas();
+    printf("gemv rows staged M=%d N=%d K=%d: %s\n", M, N, K, staged ? "staged" : "NOT STAGED  <-- FAIL");
+    assert_true(staged);
+    float *x = rand_bf16_values((size_t)M * K, 1.0), *W = rand_bf16_values((size_t)N * K, 0.05);
+    bf16 *dx = dev_bf16(x, (size_t)M * K), *dW = dev_bf16(W, (size_t)N * K);
+    double *ref = ref_gemv(x, W, M, N, K);
+    float *dy, *dy2;
+    cudaCheck(cudaMalloc(&dy, (size_t)M * N * 4));
+    cudaCheck(cudaMalloc(&dy2, (size_t)M * 2048 * 4));
+    poison(dy, (size_t)M * N * 4);
+    gemv_rows(dy, gemv_in(dx), dW, M, N, K, 0);
+    float *h = get_f32(dy, (size_t)M * N), *h2 = (float *)sllm_malloc((size_t)M * N * 4);
+    for (int n0 = 0; n0 < N; n0 += 2048) {  // the same rows, unstaged: y2 [M, 2048] per chunk
+        poison(dy2, (size_t)M * 2048 * 4);
+        gemv_rows(dy2, gemv_in(dx), dW + (size_t)n0 * K, M, 2048, K, 0);
+        float *c = get_f32(dy2, (size_t)M * 2048);
+        for (int m = 0; m < M; m++) memcpy(h2 + (size_t)m * N + n0, c + (size_t)m * 2048, 2048 * 4);
+        free(c);
+    }
+    CHECK_REL("gemv rows staged", h, ref, (size_t)M * N, 1e-5);
+    assert_memory_equal(h, h2, (size_t)M * N * sizeof(float));
+    free(x); free(W); free(ref); free(h); free(h2);
+    cudaFree(dx); cudaFree(dW); cudaFree(dy); cudaFree(dy2);
+}
 // pattern: 0 random, 1 every gate <= 0 (nothing fires), 2 every gate > 0
 static void gemv_ffn_case(int M, int F, int K, int gated, int pattern) {
     printf("gemv ffn up M=%d F=%d K=%d gated=%d pattern=%d\n", M, F, K, gated, pattern);
@@ -1164,6 +1192,8 @@ static void test_gemv(void **state) {
     for (int M = 1; M <= GEMV_MAX_M; M++) gemv_rows_case(M, 2048, 2048, 0);
     gemv_rows_case(3, 1002, 5640, 1);  // several steps of 2048 columns, the last one partial; fp32 out
     gemv_rows_case(2, 66, 136, 0);     // fewer columns than one step; a CTA with idle warps
+    gemv_staged_case(3, 16384, 1024);  // more units than one wave: staged, the same bits as unstaged calls
+    gemv_ffn_case(2, 5632, 2048, 1, 0);  // the paper's width: staged, with the counters
     gemv_ffn_case(1, 704, 2048, 1, 0);
     gemv_ffn_case(4, 704, 2048, 1, 0);
     gemv_ffn_case(2, 520, 1024, 0, 0);
@@ -1173,6 +1203,7 @@ static void test_gemv(void **state) {
     gemv_qkv_case(1, 4, 4, 64, 12, 5);   // MHA
     gemv_qkv_case(3, 8, 2, 64, 9, 8);    // GQA, the last cache position
     gemv_qkv_case(2, 2, 1, 128, 4, 0);
+    gemv_qkv_case(2, 64, 64, 64, 8, 3);  // 6144 rows: staged
     gemv_norm_case(1, 512, 2048, 1);
     gemv_norm_case(4, 130, 2048, 1);
     gemv_norm_case(2, 64, 5632, 0);

@@ -150,8 +150,8 @@ static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const 
 // ---- decoding steps (T = 1): the keys split over CTAs ----
 // kv_attention's CTA per (head, row) walks all of a row's keys with 128 threads, and every step of it waits on the
 // one before (q, keys, max, sum, values): at a few hundred keys that is ~10 us per layer of a decoding step, longer
-// with the context. Here the keys are cut into blocks of KVD_KEYS, one CTA each (grid: heads x rows x
-// ceil(S / KVD_KEYS); blocks past the row's keys exit at once):
+// with the context. Here the keys are cut into blocks of kvd_keys(hd), one CTA each (grid: heads x rows x
+// ceil(S / kvd_keys(hd)); blocks past the row's keys exit at once):
 //   - before waiting for the kernel before it (programmatic dependent launch), a CTA loads the keys and values it owns
 //     that earlier steps wrote (all but the newest) into registers: only q and the newest key and value come from the
 //     q/k/v kernel before it, so after the wait no load but those waits on memory;
@@ -161,13 +161,21 @@ static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const 
 //     finish (a ticket per (row, head)) combines them in block order: out = sum_s acc_s e^(m_s - M) / sum_s l_s
 //     e^(m_s - M), M = max_s m_s. Deterministic (fixed orders); the same function as kv_attention up to fp32 rounding.
 // Work space (kv_decode_work_alloc): part [B, H, splits, hd + 2] fp32, tickets [B, H] int (zero between calls).
-#define KVD_KEYS 256       // keys per CTA (its threads)
-#define KVD_MAX_CHUNKS 16  // hd / 8 <= 16 (hd <= 128); also the keys a thread weighs in p v (ceil(KVD_KEYS / G))
-// every hd / 8 = C in 1..16 gives each p v thread at most KVD_MAX_CHUNKS keys (G = KVD_KEYS / C groups)
-static constexpr bool kvd_keys_fit(int C) {
-    return C > KVD_MAX_CHUNKS || ((KVD_KEYS + KVD_KEYS / C - 1) / (KVD_KEYS / C) <= KVD_MAX_CHUNKS && kvd_keys_fit(C + 1));
+// Keys per CTA (its threads) and the register arrays' size CMAX >= hd / 8 (a thread's key chunks; also bounds the keys
+// a thread weighs in p v, ceil(KEYS / G)), by head dim: hd <= 64 keeps 2 x 8 chunks, so KVD_KEYS_SMALL threads fit
+// the register file; hd <= 128 keeps 2 x 16 and 256 threads.
+#ifndef KVD_KEYS_SMALL
+#define KVD_KEYS_SMALL 256  // dev A/B: 512 (one block up to 512 positions: no partials, no ticket)
+#endif
+#define KVD_KEYS_LARGE 256
+static inline int kvd_keys(int hd) { return hd <= 64 ? KVD_KEYS_SMALL : KVD_KEYS_LARGE; }
+static inline int kvd_splits(int S, int hd) { return (S + kvd_keys(hd) - 1) / kvd_keys(hd); }
+// every C = hd / 8 <= CMAX gives each p v thread at most CMAX keys (G = KEYS / C groups)
+static constexpr bool kvd_keys_fit(int KEYS, int CMAX, int C) {
+    return C > CMAX || ((KEYS + KEYS / C - 1) / (KEYS / C) <= CMAX && kvd_keys_fit(KEYS, CMAX, C + 1));
 }
-static_assert(kvd_keys_fit(1), "KVD_KEYS: a p v thread would weigh more than KVD_MAX_CHUNKS keys");
+static_assert(kvd_keys_fit(KVD_KEYS_SMALL, 8, 1) && kvd_keys_fit(KVD_KEYS_LARGE, 16, 1),
+              "KVD_KEYS_*: a p v thread would weigh more keys than its register array holds");
 
 typedef struct {
     float *part;
@@ -176,7 +184,7 @@ typedef struct {
 } KvDecodeWork;
 
 static inline void kv_decode_work_alloc(KvDecodeWork *w, int B, int H, int S, int hd) {
-    w->B = B; w->H = H; w->S = S; w->hd = hd; w->splits = (S + KVD_KEYS - 1) / KVD_KEYS;
+    w->B = B; w->H = H; w->S = S; w->hd = hd; w->splits = kvd_splits(S, hd);
     cudaCheck(cudaMalloc((void **)&w->part, sizeof(float) * (size_t)B * H * w->splits * (hd + 2)));
     cudaCheck(cudaMalloc((void **)&w->ticket, sizeof(int) * (size_t)B * H));
     cudaCheck(cudaMemset(w->ticket, 0, sizeof(int) * (size_t)B * H));
@@ -187,36 +195,37 @@ static inline void kv_decode_work_free(KvDecodeWork *w) {
     memset(w, 0, sizeof *w);
 }
 static inline size_t kv_decode_work_bytes(int B, int H, int S, int hd) {
-    return sizeof(float) * (size_t)B * H * ((S + KVD_KEYS - 1) / KVD_KEYS) * (hd + 2) + sizeof(int) * (size_t)B * H;
+    return sizeof(float) * (size_t)B * H * kvd_splits(S, hd) * (hd + 2) + sizeof(int) * (size_t)B * H;
 }
 
-static __global__ void __launch_bounds__(KVD_KEYS)
+template <int KEYS, int CMAX>
+static __global__ void __launch_bounds__(KEYS)
 kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int pos0, const int *pos0_dev,
                            int S, int H, int KVH, int hd, float scale, float *part, int *ticket, int splits KT_PARAM) {
     KT_SCOPE(kt_slot);
-    __shared__ float qs[128], ps[KVD_KEYS], red[32];
-    __shared__ float acc_s[8 * KVD_KEYS];  // G * hd <= KVD_KEYS / C * 8 C
+    __shared__ float qs[128], ps[KEYS], red[32];
+    __shared__ float acc_s[8 * KEYS];  // G * hd <= KEYS / C * 8 C
     __shared__ int s_last;
     const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, t = threadIdx.x;
     const int n = (pos0_dev ? *pos0_dev : pos0) + 1;  // keys 0 .. pos (the newest written by the kernel before)
-    const int j0 = split * KVD_KEYS;
+    const int j0 = split * KEYS;
     if (j0 >= n) return;
-    const int live = (n + KVD_KEYS - 1) / KVD_KEYS, C = hd / 8, kvh = h / (H / KVH), j = j0 + t;
+    const int live = (n + KEYS - 1) / KEYS, C = hd / 8, kvh = h / (H / KVH), j = j0 + t;
     const size_t kstride = (size_t)KVH * hd;
     const bf16 *kbase = kc + ((size_t)b * S * KVH + kvh) * hd, *vbase = vc + ((size_t)b * S * KVH + kvh) * hd;
-    uint4 kr[KVD_MAX_CHUNKS];
+    uint4 kr[CMAX];
     const uint4 *krow = reinterpret_cast<const uint4 *>(kbase + (size_t)j * kstride);
     if (j < n - 1) {  // written by earlier steps: independent of the kernel before
 #pragma unroll
-        for (int c = 0; c < KVD_MAX_CHUNKS; c++)
+        for (int c = 0; c < CMAX; c++)
             if (c < C) kr[c] = __ldg(krow + c);
     }
     // the values this thread weighs in p v (thread (g, c): dims 8c .. 8c + 7 of keys g, g + G, ..., < nk),
     // those written by earlier steps likewise before the wait
-    const int G = KVD_KEYS / C, c = t % C, g = t / C, nk = min(KVD_KEYS, n - j0);
-    uint4 vr[KVD_MAX_CHUNKS];
+    const int G = KEYS / C, c = t % C, g = t / C, nk = min(KEYS, n - j0);
+    uint4 vr[CMAX];
 #pragma unroll
-    for (int i = 0; i < KVD_MAX_CHUNKS; i++) {
+    for (int i = 0; i < CMAX; i++) {
         const int jj = g + i * G;
         if (g < G && jj < nk && j0 + jj < n - 1)
             vr[i] = __ldg(reinterpret_cast<const uint4 *>(vbase + (size_t)(j0 + jj) * kstride) + c);
@@ -226,24 +235,24 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     KT_WAITED();
     if (j == n - 1) {
 #pragma unroll
-        for (int cc = 0; cc < KVD_MAX_CHUNKS; cc++)
+        for (int cc = 0; cc < CMAX; cc++)
             if (cc < C) kr[cc] = *(krow + cc);  // plain load: written by the kernel before
     }
     const int jn = n - 1 - j0;  // the newest key's place in this block
     if (g < G && jn >= g && jn < nk && (jn - g) % G == 0) {  // its value is this thread's: written by the kernel before
         const int i = (jn - g) / G;
 #pragma unroll
-        for (int ii = 0; ii < KVD_MAX_CHUNKS; ii++)
+        for (int ii = 0; ii < CMAX; ii++)
             if (ii == i) vr[ii] = *(reinterpret_cast<const uint4 *>(vbase + (size_t)(n - 1) * kstride) + c);
     }
     const bf16 *qr = q + ((size_t)b * H + h) * hd;
-    for (int d = t; d < hd; d += KVD_KEYS) qs[d] = __bfloat162float(qr[d]);
+    for (int d = t; d < hd; d += KEYS) qs[d] = __bfloat162float(qr[d]);
     __syncthreads();
     float sc = -INFINITY;
     if (j < n) {
         float a = 0.0f;
 #pragma unroll
-        for (int c = 0; c < KVD_MAX_CHUNKS; c++)
+        for (int c = 0; c < CMAX; c++)
             if (c < C) {
                 const __nv_bfloat162 *p2 = reinterpret_cast<const __nv_bfloat162 *>(&kr[c]);
 #pragma unroll
@@ -264,7 +273,7 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     if (g < G) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
-        for (int i = 0; i < KVD_MAX_CHUNKS; i++) {
+        for (int i = 0; i < CMAX; i++) {
             const int jj = g + i * G;
             if (jj < nk) {
                 float vv[8];
@@ -281,7 +290,7 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     bf16 *orow = out + ((size_t)b * H + h) * hd;
     if (live == 1) {  // one block of keys: no partials
         const float inv = 1.0f / sum;
-        for (int d = t; d < hd; d += KVD_KEYS) {
+        for (int d = t; d < hd; d += KEYS) {
             float o = 0.0f;
             for (int gg = 0; gg < G; gg++) o += acc_s[gg * hd + d];
             orow[d] = __float2bfloat16_rn(o * inv);
@@ -289,7 +298,7 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
         return;
     }
     float *pp = part + ((size_t)b * H + h) * splits * (hd + 2);
-    for (int d = t; d < hd; d += KVD_KEYS) {
+    for (int d = t; d < hd; d += KEYS) {
         float o = 0.0f;
         for (int gg = 0; gg < G; gg++) o += acc_s[gg * hd + d];
         pp[(size_t)split * (hd + 2) + 2 + d] = o;
@@ -303,7 +312,7 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     __threadfence();
     float M = -INFINITY;
     for (int s2 = 0; s2 < live; s2++) M = fmaxf(M, __ldcg(pp + (size_t)s2 * (hd + 2)));
-    for (int d = t; d < hd; d += KVD_KEYS) {
+    for (int d = t; d < hd; d += KEYS) {
         float L = 0.0f, o = 0.0f;
         for (int s2 = 0; s2 < live; s2++) {
             const float *ps2 = pp + (size_t)s2 * (hd + 2);
@@ -328,11 +337,19 @@ static inline void kv_decode_attention(bf16 *out, const bf16 *q, const bf16 *kc,
         SLLM_FATAL("kv_decode_attention: the work space (B=%d H=%d S=%d hd=%d) is smaller than the call (B=%d H=%d S=%d "
                    "hd=%d)", w->B, w->H, w->S, w->hd, B, H, S, hd);
     if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) & 15) SLLM_FATAL("kv_decode_attention: q, kc, vc must be 16-byte aligned");
+    const int keys = kvd_keys(hd);
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = pdl_launch_config(
-        dim3((unsigned)H, (unsigned)B, (unsigned)((S + KVD_KEYS - 1) / KVD_KEYS)), dim3(KVD_KEYS), 0, 1, &attr, stream);
-    cudaCheck(cudaLaunchKernelEx(&cfg, kv_decode_attention_kernel, out, q, kc, vc, pos0, pos0_dev, S, H, KVH, hd,
-                                 1.0f / sqrtf((float)hd), w->part, w->ticket, w->splits KT_ARG(kt_take("kv_decode_attention"))));
+    const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)H, (unsigned)B, (unsigned)kvd_splits(S, hd)),
+                                                     dim3((unsigned)keys), 0, 1, &attr, stream);
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (hd <= 64)
+        cudaCheck(cudaLaunchKernelEx(&cfg, kv_decode_attention_kernel<KVD_KEYS_SMALL, 8>, out, q, kc, vc, pos0, pos0_dev,
+                                     S, H, KVH, hd, scale, w->part, w->ticket,
+                                     w->splits KT_ARG(kt_take("kv_decode_attention"))));
+    else
+        cudaCheck(cudaLaunchKernelEx(&cfg, kv_decode_attention_kernel<KVD_KEYS_LARGE, 16>, out, q, kc, vc, pos0, pos0_dev,
+                                     S, H, KVH, hd, scale, w->part, w->ticket,
+                                     w->splits KT_ARG(kt_take("kv_decode_attention"))));
 }
 
 // The new rows into the cache: kc[b, pos0 + t] = k[b, t], vc likewise (rows of KV = KVH * hd elements, KV % 8 == 0).

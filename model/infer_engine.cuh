@@ -220,7 +220,7 @@ static inline void infer_create(Infer *m, const ModelConfig *cfg, int B, int S, 
         SLLM_FATAL("infer: cannot allocate %.1f MiB of activations (%s); lower --chunk or --samples",
                    m->act_bytes / 1048576.0, cudaGetErrorString(ae));
     rope_upload_table(m->rope, S, cfg->head_dim, cfg->rope_theta);
-    m->kvd.B = B; m->kvd.H = H; m->kvd.S = S; m->kvd.hd = cfg->head_dim; m->kvd.splits = (S + KVD_KEYS - 1) / KVD_KEYS;
+    m->kvd.B = B; m->kvd.H = H; m->kvd.S = S; m->kvd.hd = cfg->head_dim; m->kvd.splits = kvd_splits(S, cfg->head_dim);
     cudaCheck(cudaMemset(m->kvd.ticket, 0, sizeof(int) * (size_t)B * H));  // tickets are zero between calls
     cudaCheck(cudaMallocHost((void **)&m->h_tokens, N * sizeof(int)));
     cudaCheck(cudaMallocHost((void **)&m->h_pos, sizeof(int)));

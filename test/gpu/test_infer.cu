@@ -3,7 +3,7 @@
 // 1. kv_attention (core/kv_attention.cuh) against a float64 attention over the cache: decode rows (T = 1) and prefill
 //    chunks after the first (T > 1, causal inside the chunk), GQA, head dims 24 / 32 / 64 / 96 / 128, one key, ~3000
 //    keys; fresh random inputs; the output poisoned (NaN) first. Relative error < 1e-2 (bf16 output: ~2e-3). At T = 1
-//    also kv_decode_attention (keys split in blocks of KVD_KEYS over CTAs: one block, several, 16, partial blocks): the
+//    also kv_decode_attention (keys split in blocks of kvd_keys(hd) over CTAs: one block, several, 16, partial blocks): the
 //    reference, the same bits twice (host and device position), its tickets back at zero.
 // 2. rope_forward_qk_at (row positions pos0 + t, pos0 given on the host or read on the device) gives the same bits as
 //    the training RoPE over whole sequences. kv_attention with the position on the device: the same bits as given.
@@ -127,7 +127,7 @@ static int check_kv_attention(int B, int T, int pos0, int S, int H, int KVH, int
         for (int i = 0; i < B * H; i++) tickets_zero &= tk[i] == 0;
         const int f2 = !(e2 < 1e-2) || !same || !tickets_zero;
         printf("  kv_decode_attention (%d key blocks): rel err %.3e, again with the device position: %s, tickets %s%s\n",
-               (pos0 + KVD_KEYS) / KVD_KEYS, e2, same ? "same bits" : "DIFFER", tickets_zero ? "reset" : "NOT RESET",
+               (pos0 + kvd_keys(hd)) / kvd_keys(hd), e2, same ? "same bits" : "DIFFER", tickets_zero ? "reset" : "NOT RESET",
                f2 ? "  <-- FAIL" : "");
         fail |= f2;
         cudaCheck(cudaFree(dpos));
@@ -156,6 +156,8 @@ static void test_kv_attention(void **state) {
     f += check_kv_attention(2, 1, 511, 512, 8, 8, 128);   // two full blocks of 256, hd 128
     f += check_kv_attention(2, 1, 250, 256, 4, 2, 96);    // hd 96: 12 chunks, 10 key groups (13 keys per p v thread)
     f += check_kv_attention(1, 1, 1, 8, 2, 2, 128);       // two keys: the newest one's value in the second group
+    f += check_kv_attention(1, 1, 511, 600, 32, 32, 64);  // 512 keys: one block at 512 keys per CTA, two at 256
+    f += check_kv_attention(2, 1, 700, 1100, 4, 2, 64);   // a full block of 512 and a partial one (or 3 of 256)
     assert_int_equal(f, 0);
     // argument checks
     char err[256];

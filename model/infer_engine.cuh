@@ -34,7 +34,7 @@
 // is nothing to fit and the measured sparse / dense ratio decides): the built-in model is fitted at D 2048, F 5632,
 // M 65536 on the H200, and small models or short prompts shift the crossover. AUTO's dense calls run the dense mode's
 // kernels (block_ffn_dense), so a layer that AUTO keeps dense costs what it costs in --ffn dense. At decoding steps
-// on the GEMV kernels (B <= GEMV_MAX_M) AUTO measures both paths per layer once instead (infer_measure_decode_path).
+// (B <= the decode path's 64 rows) AUTO measures both paths per layer once instead (infer_measure_decode_path).
 // FFN statistics: the dense mode counts active gates per layer on the device (ffn_forward's counters); the TwELL modes
 // count each layer's calls per path, and the tile path's counts (overflow rows, active gates) come back to the
 // workspace without a host sync (tile_sync 0: the prefill never waits for the host; twell/ffn.cuh).
@@ -103,7 +103,8 @@ typedef struct {
     int use_graph, calibrate; // options (infer_create sets use_graph 1, calibrate 0)
     int use_gemv;             // option (infer_create sets 1): decoding steps of B <= GEMV_MAX_M on core/gemv.cuh
     int step_gemv;            // the call being enqueued runs its matrix-vector products on core/gemv.cuh
-    int *dec_path;            // [L] AUTO's path for decoding steps on the GEMV, measured (0: not yet, 1 dense, 2 sparse)
+    int step_decode;          // the call being enqueued is a decoding step (one new token per sequence)
+    int *dec_path;            // [L] AUTO's path for decoding steps, measured (0: not yet, 1 dense, 2 sparse)
     float (*dec_us)[2];       // [L] the measured medians (dense, sparse), us per call
     int eager_decodes;        // decoding steps run eagerly so far
     cudaGraphExec_t graph;    // the captured decoding step (NULL until captured)
@@ -348,9 +349,9 @@ static inline void infer_ffn_dense_gemv(Infer *m, const BlockShape *bs, const La
     gemv_rows(m->y, gemv_in(h), w->wd, N, bs->D, bs->F, m->stream);
 }
 
-// AUTO at decoding steps on the GEMV kernels (step_gemv): the dispatch models of twell/ were fitted against the
-// cuBLASLt dense FFN, which the GEMV dense FFN beats by 1.5-2x at these sizes, so the predicted crossover is wrong
-// there. Instead, at a layer's first such call (eager, never under capture) both paths are measured on the layer's
+// AUTO at decoding steps (B <= the decode path's rows): the decode dispatch model of twell/ was fitted on an H200 at
+// D 2048 against the cuBLASLt dense FFN, which the GEMV dense FFN (B <= GEMV_MAX_M) beats by 1.5-2x, so its predicted
+// crossover is wrong on the GEMV steps, and on other GPUs and shapes it is a guess. Instead, at a layer's first such call (eager, never under capture) both paths are measured on the layer's
 // own input as they run in a decoding step: each captured as a CUDA graph of INFER_DEC_MEASURE_CALLS calls back to
 // back (programmatic launches, so each call's first kernel loads its weights while the call before it ends, as the
 // FFN's kernels overlap their neighbours in the step's graph; counters off), the two graphs replayed
@@ -362,7 +363,12 @@ static inline void infer_ffn_dense_gemv(Infer *m, const BlockShape *bs, const La
 #define INFER_DEC_MEASURE_REPS 5
 static inline void infer_dec_measure_call(Infer *m, const BlockShape *bs, const LayerWeights *w, int l, int N, int p) {
     TwellFFNWorkspace *ws = &m->ws[l];
-    if (p == 0) infer_ffn_dense_gemv(m, bs, w, gemv_in(m->ln), ws->dense.g, N, NULL, NULL);
+    const int D = bs->D, cr = ws->dense.chunk_rows;
+    if (p == 0 && m->step_gemv) infer_ffn_dense_gemv(m, bs, w, gemv_in(m->ln), ws->dense.g, N, NULL, NULL);
+    else if (p == 0)  // AUTO's dense calls off the GEMV (infer_ffn): the dense mode's kernels in chunks of dense.g
+        for (int r0 = 0; r0 < N; r0 += cr)
+            block_ffn_dense(&m->mm, bs, w, m->y + (size_t)r0 * D, ws->dense.g, ws->dense.g, m->ln + (size_t)r0 * D,
+                            N - r0 < cr ? N - r0 : cr, NULL, NULL, m->stream);
     else if (twell_decode_forward(m->ln, w->wg, w->wu, m->wdT + (size_t)l * bs->F * bs->D, m->y, N, bs->D, bs->F,
                                   bs->gated, ws->dec_g, ws->dec_cnt, ws->dec_ent, NULL, ws->dec_pdl, m->stream) != TWELL_OK)
         SLLM_FATAL("infer: the decode path of layer %d failed (above)", l);
@@ -432,9 +438,9 @@ static inline void infer_ffn(Infer *m, const BlockShape *bs, const LayerWeights 
         // AUTO's dense calls run the dense engine's FFN (one batched gate/up GEMM, the down GEMM on wd), the same
         // kernels as --ffn dense, counted for the dispatch through the workspace's counter
         const int capturing = twell_capturing(s);
-        if (m->step_gemv && N <= ws->decode_rows && m->dec_path[l] == 0 && !capturing)
+        if (m->step_decode && N <= ws->decode_rows && m->dec_path[l] == 0 && !capturing)
             m->dec_path[l] = infer_measure_decode_path(m, bs, w, l, N);
-        if (m->step_gemv && N <= ws->decode_rows && m->dec_path[l])
+        if (m->step_decode && N <= ws->decode_rows && m->dec_path[l])
             path = m->dec_path[l] == 1 ? TWELL_PATH_DENSE : TWELL_PATH_SPARSE;
         else path = twell_ffn_choose(ws, N, TWELL_PATH_AUTO, -1.0, capturing);
         if (path == TWELL_PATH_DENSE) {
@@ -501,6 +507,7 @@ static inline void infer_enqueue(Infer *m, int T, int first_chunk) {
     const int gemv = m->use_gemv && T == 1 && !first_chunk && gemv_fits(N, D, m->ln) &&
                      gemv_fits(N, Q, m->att) && gemv_fits(N, c->d_ff, m->ln) && D % 2 == 0 && V % 2 == 0;
     m->step_gemv = gemv;
+    m->step_decode = T == 1 && !first_chunk;
     if (gemv && m->greedy_dev) cudaCheck(cudaMemsetAsync(m->best, 0, sizeof(unsigned long long) * B, s));
     if (!gemv) rmsnorm_forward(m->ln, m->rstd, m->x, infer_w(m, PARAM_ATTN_NORM, 0), N, D, eps, s);
     for (int l = 0; l < L; l++) {
@@ -734,7 +741,7 @@ static inline void infer_print_stats(Infer *m, FILE *f) {
     fprintf(f, "FFN per layer (%s):\n", infer_ffn_name(m->ffn));
     for (int l = 0; l < L; l++)
         if (m->dec_path[l])
-            fprintf(f, "  layer %d, decoding steps on the GEMV: %s (measured: dense %.1f us, sparse %.1f us per call)\n", l,
+            fprintf(f, "  layer %d, decoding steps: %s (measured: dense %.1f us, sparse %.1f us per call)\n", l,
                     m->dec_path[l] == 1 ? "dense" : "sparse", m->dec_us[l][0], m->dec_us[l][1]);
     if (m->ffn == INFER_FFN_DENSE) fprintf(f, "  layer   active gates/token\n");
     else fprintf(f, "  layer   dense-calls  tile-calls  decode-calls  overflow-rows  host-syncs  active gates/token: tile "

@@ -316,7 +316,7 @@ static int run_engine(const ModelConfig *c, const float *pf, const int *tok, con
     if (kind == RUN_SPARSE && dec != calls) { printf("    expected every call on the decode path\n"); failures++; }
     if (kind == RUN_TILE && (tile != calls || ovf == 0)) { printf("    expected tile calls with overflow rows\n"); failures++; }
     if (kind == RUN_AUTO && dec + tile + dns != calls) failures++;
-    if (kind == RUN_AUTO)  // decoding steps on the GEMV: AUTO measured both paths on every layer
+    if (kind == RUN_AUTO)  // decoding steps: AUTO measured both paths on every layer
         for (int l = 0; l < c->n_layer; l++)
             if (m.dec_path[l] != 1 && m.dec_path[l] != 2) {
                 printf("    layer %d: no measured decode path (%d)  <-- FAIL\n", l, m.dec_path[l]);

@@ -445,13 +445,10 @@ static inline void gemv_launch_kernel(const Op &op, const GemvIn &in, int K, int
 }
 
 // Staged (two sets of units per CTA) when the rows are one step (K <= 256 U) and one CTA per 8 units would be more
-// than one wave; -DGEMV_STAGE=0 never stages (dev A/B).
-#ifndef GEMV_STAGE
-#define GEMV_STAGE 1
-#endif
+// than one wave.
 template <int M, int U, bool NORM, class Op>
 static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
-    const bool stage = GEMV_STAGE && K <= 256 * U && (units + GEMV_WARPS - 1) / GEMV_WARPS > gemv_resident_ctas();
+    const bool stage = K <= 256 * U && (units + GEMV_WARPS - 1) / GEMV_WARPS > gemv_resident_ctas();
     if (stage) gemv_launch_kernel<M, U, NORM, true>(op, in, K, units, s);
     else gemv_launch_kernel<M, U, NORM, false>(op, in, K, units, s);
 }

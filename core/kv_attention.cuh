@@ -162,11 +162,10 @@ static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const 
 //     e^(m_s - M), M = max_s m_s. Deterministic (fixed orders); the same function as kv_attention up to fp32 rounding.
 // Work space (kv_decode_work_alloc): part [B, H, splits, hd + 2] fp32, tickets [B, H] int (zero between calls).
 // Keys per CTA (its threads) and the register arrays' size CMAX >= hd / 8 (a thread's key chunks; also bounds the keys
-// a thread weighs in p v, ceil(KEYS / G)), by head dim: hd <= 64 keeps 2 x 8 chunks, so KVD_KEYS_SMALL threads fit
-// the register file; hd <= 128 keeps 2 x 16 and 256 threads.
-#ifndef KVD_KEYS_SMALL
-#define KVD_KEYS_SMALL 256  // dev A/B: 512 (one block up to 512 positions: no partials, no ticket)
-#endif
+// a thread weighs in p v, ceil(KEYS / G)), by head dim: hd <= 64 keeps 2 x 8 chunks in 104 registers, so 512 threads
+// fit the register file and one block covers up to 512 positions (no partials, no ticket); hd <= 128 keeps 2 x 16 and
+// 256 threads.
+#define KVD_KEYS_SMALL 512
 #define KVD_KEYS_LARGE 256
 static inline int kvd_keys(int hd) { return hd <= 64 ? KVD_KEYS_SMALL : KVD_KEYS_LARGE; }
 static inline int kvd_splits(int S, int hd) { return (S + kvd_keys(hd) - 1) / kvd_keys(hd); }

@@ -152,12 +152,12 @@ static void test_kv_attention(void **state) {
     f += check_kv_attention(2, 1, 383, 384, 32, 8, 64);   // a block and a half, GQA, the last cache position
     f += check_kv_attention(1, 1, 4000, 4096, 2, 1, 128); // 16 blocks, hd 128
     f += check_kv_attention(2, 1, 200, 256, 6, 3, 24);    // hd 24, a partial second block
-    f += check_kv_attention(1, 1, 255, 300, 32, 32, 64);  // exactly one block of 256 keys
+    f += check_kv_attention(1, 1, 255, 300, 32, 32, 64);  // 256 keys (one block at hd <= 128)
     f += check_kv_attention(2, 1, 511, 512, 8, 8, 128);   // two full blocks of 256, hd 128
     f += check_kv_attention(2, 1, 250, 256, 4, 2, 96);    // hd 96: 12 chunks, 10 key groups (13 keys per p v thread)
     f += check_kv_attention(1, 1, 1, 8, 2, 2, 128);       // two keys: the newest one's value in the second group
-    f += check_kv_attention(1, 1, 511, 600, 32, 32, 64);  // 512 keys: one block at 512 keys per CTA, two at 256
-    f += check_kv_attention(2, 1, 700, 1100, 4, 2, 64);   // a full block of 512 and a partial one (or 3 of 256)
+    f += check_kv_attention(1, 1, 511, 600, 32, 32, 64);  // 512 keys: one full block at hd <= 64
+    f += check_kv_attention(2, 1, 700, 1100, 4, 2, 64);   // a full block of 512 and a partial one
     assert_int_equal(f, 0);
     // argument checks
     char err[256];

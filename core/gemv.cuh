@@ -13,9 +13,11 @@
 //     ... of each row, GEMV_U chunks per row in flight (8 KB per warp at R = 2), and keeps x in shared memory;
 //   - the first chunks of the weights are loaded BEFORE waiting for the kernel before it (programmatic dependent
 //     launch: weights do not depend on it), so the weight stream continues across kernel boundaries;
-//   - a matrix of more units than one wave of CTAs (and rows of one step, K <= 2048) is staged: each CTA takes two
-//     CTAs' units, the second set's weights copied into shared memory before the wait too, so the whole matrix is
-//     requested while the kernel before still runs;
+//   - the rest of the matrix is requested before the wait too, through shared memory (cp.async), where it fits
+//     (gemv_stage_mode): a matrix of more units than one wave of CTAs and rows of one step (K <= 2048: q/k/v, the FFN
+//     up, the LM head) has each CTA take two CTAs' units, the second set's weights copied into shared memory; a
+//     matrix of longer rows in one CTA per SM (the down, K = F) has each warp copy the rest of its rows past the first
+//     step there; so the whole matrix is requested while the kernel before still runs;
 //   - the dot products are summed lane by lane in chunk order, then across the warp by a fixed butterfly:
 //     deterministic, the same bits for the same inputs;
 //   - the epilogue (an Op) gets the unit's M x R sums in lane 0 and stores them: plain rows (bf16 or fp32), the gated
@@ -55,16 +57,23 @@ typedef struct {
 #endif
 } GemvIn;
 
-// STAGE (K <= 256 U, one step): a CTA does the units of two CTAs, "sets" 0 and 1 (virtual CTAs 2b and 2b + 1):
-// set 0's weights into registers and set 1's into shared memory (cp.async), all before the wait, so that a matrix
-// of more units than the GPU holds warps at once streams in one wave instead of two or more (the second wave's loads
-// would start only when the first wave's CTAs exit). Set 1 is summed in the same order as set 0: the same bits.
-template <int M, int U, bool NORM, bool STAGE, class Op>
+// STAGE (gemv_stage_mode), the weights requested before the wait beyond the first step in registers:
+//   GEMV_STAGE_UNITS (K <= 256 U, one step): a CTA does the units of two CTAs, "sets" 0 and 1 (virtual CTAs 2b and
+//     2b + 1): set 0's weights into registers and set 1's into shared memory (cp.async), so that a matrix of more
+//     units than the GPU holds warps at once streams in one wave instead of two or more (the second wave's loads would
+//     start only when the first wave's CTAs exit). Set 1 is summed in the same order as set 0: the same bits.
+//   GEMV_STAGE_TAIL (K > 256 U, at most one CTA per SM): each warp copies its rows' chunks past the first step (tail
+//     [W][R][TJ][32], TJ = ceil(KC / 32) - U per lane) into shared memory, so its later steps wait for no HBM round
+//     trip after the wait. The steps are summed in the same order: the same bits as unstaged.
+#define GEMV_STAGE_NONE 0
+#define GEMV_STAGE_UNITS 1
+#define GEMV_STAGE_TAIL 2
+template <int M, int U, bool NORM, int STAGE, class Op>
 static __global__ void __launch_bounds__(32 * GEMV_WARPS)
 gemv_kernel(const Op op, const GemvIn in, int K, int units) {
-    constexpr int R = Op::R, SETS = STAGE ? 2 : 1;
+    constexpr int R = Op::R, SETS = STAGE == GEMV_STAGE_UNITS ? 2 : 1;
     KT_SCOPE(in.kt_slot);
-    extern __shared__ uint4 gemv_xs[];  // x [M, K / 8] in 16-byte chunks; STAGE: then set 1's weights [W][R][U][32]
+    extern __shared__ uint4 gemv_xs[];  // x [M, K / 8] in 16-byte chunks, then the staged weights (above)
     __shared__ int s_count[SETS][GEMV_WARPS];
     __shared__ float s_red[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -83,9 +92,24 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
             w[r][u] = live && lane + 32 * u < KC ? __ldg(wr[r] + lane + 32 * u) : zero;
     // set 1's weights into shared memory: each lane copies the chunks it will read (no barrier needed)
     const int unit1 = unit + GEMV_WARPS;
-    const bool live1 = STAGE && unit1 < units;
+    const bool live1 = STAGE == GEMV_STAGE_UNITS && unit1 < units;
     uint4 *stage = gemv_xs + M * KC + (size_t)warp * R * U * 32;
-    if constexpr (STAGE) {
+    const int TJ = (KC + 31) / 32 - U;  // GEMV_STAGE_TAIL: chunks per lane and row past the first step
+    uint4 *tail = gemv_xs + M * KC + (size_t)warp * R * (TJ > 0 ? TJ : 0) * 32;
+    if constexpr (STAGE == GEMV_STAGE_TAIL) {  // the rest of this warp's rows (each lane the chunks it will read)
+        if (live)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                for (int j = 0; j < TJ; j++) {
+                    const int c = lane + 32 * (U + j);
+                    if (c < KC) {
+                        const unsigned dst = (unsigned)__cvta_generic_to_shared(tail + (r * TJ + j) * 32 + lane);
+                        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(wr[r] + c) : "memory");
+                    }
+                }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    if constexpr (STAGE == GEMV_STAGE_UNITS) {
         if (live1)
 #pragma unroll
             for (int r = 0; r < R; r++) {
@@ -168,7 +192,17 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
         for (int r = 0; r < R; r++) acc[m][r] = 0.0f;
     if (live) {
         for (int c0 = 0; c0 < KC; c0 += 32 * U) {
-            if (c0 > 0) {
+            if (c0 > 0 && STAGE == GEMV_STAGE_TAIL) {
+                if (c0 == 32 * U) asm volatile("cp.async.wait_all;" ::: "memory");  // this lane's own copies
+                const int j0 = c0 / 32 - U;
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const int c = c0 + lane + 32 * u;
+                        w[r][u] = c < KC ? tail[(r * TJ + j0 + u) * 32 + lane] : zero;
+                    }
+            } else if (c0 > 0) {
 #pragma unroll
                 for (int u = 0; u < U; u++)
 #pragma unroll
@@ -202,7 +236,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
     int count = 0;
     if (live) count = op.template store<M>(unit, lane, acc, gemv_xs, KC, s_op);
     if (lane == 0) s_count[0][warp] = count;
-    if constexpr (STAGE) {  // set 1 from shared memory, the chunks in set 0's order
+    if constexpr (STAGE == GEMV_STAGE_UNITS) {  // set 1 from shared memory, the chunks in set 0's order
         asm volatile("cp.async.wait_all;" ::: "memory");
         float acc1[M][R];
 #pragma unroll
@@ -422,16 +456,33 @@ static inline int gemv_resident_ctas(void) {
     return n;
 }
 
-template <int M, int U, bool NORM, bool STAGE, class Op>
+// Shared memory of a gemv_kernel launch: x, then the staged weights.
+static inline size_t gemv_smem_bytes(int stage, int M, int K, int R, int U) {
+    const int TJ = (K / 8 + 31) / 32 - U;
+    const size_t w = stage == GEMV_STAGE_UNITS ? (size_t)U : stage == GEMV_STAGE_TAIL ? (size_t)TJ : 0;
+    return (size_t)M * K * 2 + sizeof(uint4) * GEMV_WARPS * R * w * 32;
+}
+// How a call is staged (the kernel's comment): UNITS when the rows are one step (K <= 256 U) and one CTA per 8 units
+// would be more than one wave; TAIL when the rows are longer, the CTAs fit one per SM, and x and the rows' tails fit
+// in GEMV_MAX_SMEM; NONE otherwise.
+static inline int gemv_stage_mode(int M, int K, int units, int R, int U) {
+    const int ctas = (units + GEMV_WARPS - 1) / GEMV_WARPS;
+    if (K <= 256 * U) return ctas > gemv_resident_ctas() ? GEMV_STAGE_UNITS : GEMV_STAGE_NONE;
+    if (ctas <= cuda_sm_count() && gemv_smem_bytes(GEMV_STAGE_TAIL, M, K, R, U) <= GEMV_MAX_SMEM)
+        return GEMV_STAGE_TAIL;
+    return GEMV_STAGE_NONE;
+}
+
+template <int M, int U, bool NORM, int STAGE, class Op>
 static inline void gemv_launch_kernel(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
-    const size_t smem = (size_t)M * K * 2 + (STAGE ? sizeof(uint4) * GEMV_WARPS * Op::R * U * 32 : 0);
+    const size_t smem = gemv_smem_bytes(STAGE, M, K, Op::R, U);
     static size_t smem_set = 48 * 1024;  // the default limit; raised once as needed (per instantiation)
     if (smem > smem_set) {
         cudaCheck(cudaFuncSetAttribute(gemv_kernel<M, U, NORM, STAGE, Op>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = smem;
     }
-    const int per_cta = (STAGE ? 2 : 1) * GEMV_WARPS;
+    const int per_cta = (STAGE == GEMV_STAGE_UNITS ? 2 : 1) * GEMV_WARPS;
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)((units + per_cta - 1) / per_cta)),
                                                      dim3(32 * GEMV_WARPS), smem, 1, &attr, s);
@@ -444,13 +495,18 @@ static inline void gemv_launch_kernel(const Op &op, const GemvIn &in, int K, int
 #endif
 }
 
-// Staged (two sets of units per CTA) when the rows are one step (K <= 256 U) and one CTA per 8 units would be more
-// than one wave.
+#ifndef GEMV_TAIL
+#define GEMV_TAIL 1  // dev A/B: 0 never stages the tails
+#endif
 template <int M, int U, bool NORM, class Op>
 static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
-    const bool stage = K <= 256 * U && (units + GEMV_WARPS - 1) / GEMV_WARPS > gemv_resident_ctas();
-    if (stage) gemv_launch_kernel<M, U, NORM, true>(op, in, K, units, s);
-    else gemv_launch_kernel<M, U, NORM, false>(op, in, K, units, s);
+    switch (gemv_stage_mode(M, K, units, Op::R, U)) {
+        case GEMV_STAGE_UNITS: gemv_launch_kernel<M, U, NORM, GEMV_STAGE_UNITS>(op, in, K, units, s); break;
+        case GEMV_STAGE_TAIL:
+            if (GEMV_TAIL) { gemv_launch_kernel<M, U, NORM, GEMV_STAGE_TAIL>(op, in, K, units, s); break; }
+            // fall through
+        default: gemv_launch_kernel<M, U, NORM, GEMV_STAGE_NONE>(op, in, K, units, s); break;
+    }
 }
 
 template <int U, class Op>

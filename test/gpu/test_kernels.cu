@@ -979,7 +979,7 @@ static void gemv_rows_case(int M, int N, int K, int f32) {
 // memory): its rows must equal, bit for bit, the same rows computed in calls of 2048 rows (one wave, not staged), and
 // the float64 reference.
 static void gemv_staged_case(int M, int N, int K) {
-    const int staged = K <= 256 * GEMV_U && (N / 2 + GEMV_WARPS - 1) / GEMV_WARPS > gemv_resident_ctas();
+    const int staged = gemv_stage_mode(M, K, N / 2, 2, GEMV_U) == GEMV_STAGE_UNITS;
     printf("gemv rows staged M=%d N=%d K=%d: %s\n", M, N, K, staged ? "staged" : "NOT STAGED  <-- FAIL");
     assert_true(staged);
     float *x = rand_bf16_values((size_t)M * K, 1.0), *W = rand_bf16_values((size_t)N * K, 0.05);
@@ -999,6 +999,39 @@ static void gemv_staged_case(int M, int N, int K) {
         free(c);
     }
     CHECK_REL("gemv rows staged", h, ref, (size_t)M * N, 1e-5);
+    assert_memory_equal(h, h2, (size_t)M * N * sizeof(float));
+    free(x); free(W); free(ref); free(h); free(h2);
+    cudaFree(dx); cudaFree(dW); cudaFree(dy); cudaFree(dy2);
+}
+// Rows longer than one step in at most one CTA per SM have their tails staged (copied into shared memory before the
+// wait): the rows of calls of 1024 rows (staged) must equal, bit for bit, the same rows of one call of more CTAs than
+// SMs (not staged), and the float64 reference.
+static void gemv_tail_case(int M, int K) {
+    const int N = 16 * (cuda_sm_count() + 8), NC = 1024;  // N / 2 units: more than 8 per SM
+    const int big = gemv_stage_mode(M, K, N / 2, 2, GEMV_U), small = gemv_stage_mode(M, K, NC / 2, 2, GEMV_U);
+    printf("gemv rows tail M=%d N=%d K=%d: %d rows %s, %d rows %s\n", M, N, K, N,
+           big == GEMV_STAGE_NONE ? "not staged" : "STAGED  <-- FAIL", NC,
+           small == GEMV_STAGE_TAIL ? "tail staged" : "NOT TAIL STAGED  <-- FAIL");
+    assert_int_equal(big, GEMV_STAGE_NONE);
+    assert_int_equal(small, GEMV_STAGE_TAIL);
+    float *x = rand_bf16_values((size_t)M * K, 1.0), *W = rand_bf16_values((size_t)N * K, 0.05);
+    bf16 *dx = dev_bf16(x, (size_t)M * K), *dW = dev_bf16(W, (size_t)N * K);
+    double *ref = ref_gemv(x, W, M, N, K);
+    float *dy, *dy2;
+    cudaCheck(cudaMalloc(&dy, (size_t)M * N * 4));
+    cudaCheck(cudaMalloc(&dy2, (size_t)M * NC * 4));
+    poison(dy, (size_t)M * N * 4);
+    gemv_rows(dy, gemv_in(dx), dW, M, N, K, 0);
+    float *h = get_f32(dy, (size_t)M * N), *h2 = (float *)sllm_malloc((size_t)M * N * 4);
+    for (int n0 = 0; n0 < N; n0 += NC) {  // the same rows, tail staged: y2 [M, nc] per chunk
+        const int nc = N - n0 < NC ? N - n0 : NC;
+        poison(dy2, (size_t)M * NC * 4);
+        gemv_rows(dy2, gemv_in(dx), dW + (size_t)n0 * K, M, nc, K, 0);
+        float *c = get_f32(dy2, (size_t)M * nc);
+        for (int m = 0; m < M; m++) memcpy(h2 + (size_t)m * N + n0, c + (size_t)m * nc, (size_t)nc * 4);
+        free(c);
+    }
+    CHECK_REL("gemv rows tail", h2, ref, (size_t)M * N, 1e-5);
     assert_memory_equal(h, h2, (size_t)M * N * sizeof(float));
     free(x); free(W); free(ref); free(h); free(h2);
     cudaFree(dx); cudaFree(dW); cudaFree(dy); cudaFree(dy2);
@@ -1193,6 +1226,9 @@ static void test_gemv(void **state) {
     gemv_rows_case(3, 1002, 5640, 1);  // several steps of 2048 columns, the last one partial; fp32 out
     gemv_rows_case(2, 66, 136, 0);     // fewer columns than one step; a CTA with idle warps
     gemv_staged_case(3, 16384, 1024);  // more units than one wave: staged, the same bits as unstaged calls
+    gemv_tail_case(1, 5632);             // the down at the paper's width: tails staged, the same bits as unstaged
+    gemv_tail_case(4, 5640);             // 4 rows of x, a partial last chunk step
+    gemv_tail_case(2, 2056);             // one chunk past the first step
     gemv_ffn_case(2, 5632, 2048, 1, 0);  // the paper's width: staged, with the counters
     gemv_ffn_case(1, 704, 2048, 1, 0);
     gemv_ffn_case(4, 704, 2048, 1, 0);

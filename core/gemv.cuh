@@ -495,16 +495,11 @@ static inline void gemv_launch_kernel(const Op &op, const GemvIn &in, int K, int
 #endif
 }
 
-#ifndef GEMV_TAIL
-#define GEMV_TAIL 1  // dev A/B: 0 never stages the tails
-#endif
 template <int M, int U, bool NORM, class Op>
 static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
     switch (gemv_stage_mode(M, K, units, Op::R, U)) {
         case GEMV_STAGE_UNITS: gemv_launch_kernel<M, U, NORM, GEMV_STAGE_UNITS>(op, in, K, units, s); break;
-        case GEMV_STAGE_TAIL:
-            if (GEMV_TAIL) { gemv_launch_kernel<M, U, NORM, GEMV_STAGE_TAIL>(op, in, K, units, s); break; }
-            // fall through
+        case GEMV_STAGE_TAIL: gemv_launch_kernel<M, U, NORM, GEMV_STAGE_TAIL>(op, in, K, units, s); break;
         default: gemv_launch_kernel<M, U, NORM, GEMV_STAGE_NONE>(op, in, K, units, s); break;
     }
 }

@@ -30,20 +30,31 @@ static void write_all(int fd, const char *p, size_t n) {
     }
 }
 
-// Whole lines only, prefix and line in one write under a lock shared by both copiers: stdout and stderr going to the
-// same place do not cut into each other's lines.
+// Whole lines only: the complete lines of one read, each with the prefix, in one write under a lock shared by both
+// copiers, so that stdout and stderr going to the same place never cut into each other's lines, and the lines of one
+// write(2) of the program (read whole: a pipe write of up to PIPE_BUF bytes is atomic) stay together.
 static pthread_mutex_t g_write_mu = PTHREAD_MUTEX_INITIALIZER;
-static void emit(Copier *c, const char *line, size_t len, char **tmp, size_t *cap) {
-    if (*cap < g_prefix_len + len) {
-        *cap = 2 * (g_prefix_len + len);
-        char *t = (char *)realloc(*tmp, *cap);
+static void emit(Copier *c, const char *text, size_t len, char **tmp, size_t *cap) {
+    size_t lines = 0;
+    for (const char *p = text; (p = (const char *)memchr(p, '\n', len - (size_t)(p - text))) != NULL; p++) lines++;
+    const size_t need = len + lines * g_prefix_len;
+    if (*cap < need) {
+        char *t = (char *)realloc(*tmp, 2 * need);
         if (!t) return;
         *tmp = t;
+        *cap = 2 * need;
     }
-    memcpy(*tmp, g_prefix, g_prefix_len);
-    memcpy(*tmp + g_prefix_len, line, len);
+    size_t o = 0, done = 0;
+    while (done < len) {
+        const char *nl = (const char *)memchr(text + done, '\n', len - done);
+        const size_t l = (size_t)(nl - (text + done)) + 1;  // text ends with a newline: nl is never NULL here
+        memcpy(*tmp + o, g_prefix, g_prefix_len);
+        memcpy(*tmp + o + g_prefix_len, text + done, l);
+        o += g_prefix_len + l;
+        done += l;
+    }
     pthread_mutex_lock(&g_write_mu);
-    write_all(c->out_fd, *tmp, g_prefix_len + len);
+    write_all(c->out_fd, *tmp, o);
     pthread_mutex_unlock(&g_write_mu);
 }
 
@@ -62,14 +73,10 @@ static void *copier_main(void *arg) {
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
         len += (size_t)n;
-        size_t done = 0;
-        for (;;) {
-            const char *nl = (const char *)memchr(buf + done, '\n', len - done);
-            if (!nl) break;
-            const size_t l = (size_t)(nl - (buf + done)) + 1;
-            emit(c, buf + done, l, &tmp, &tcap);
-            done += l;
-        }
+        size_t done = 0;  // up to the last newline: the complete lines
+        for (size_t i = len; i > 0; i--)
+            if (buf[i - 1] == '\n') { done = i; break; }
+        if (done) emit(c, buf, done, &tmp, &tcap);
         memmove(buf, buf + done, len - done);
         len -= done;
     }

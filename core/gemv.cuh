@@ -68,6 +68,38 @@ typedef struct {
 #define GEMV_STAGE_NONE 0
 #define GEMV_STAGE_UNITS 1
 #define GEMV_STAGE_TAIL 2
+// acc[m][r] += x[m] . (chunks of weight row r) over one step: the lane's chunks c0 + lane + 32 u < KC, u in order;
+// wchunk(r, u) gives the weights (from registers, or read from shared memory as they are used).
+template <int M, int R, int U, class WChunk>
+static __device__ __forceinline__ void gemv_dot_step(float (&acc)[M][R], WChunk wchunk, const uint4 *xs, int KC, int c0,
+                                                     int lane) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int c = c0 + lane + 32 * u;
+        if (c < KC) {
+            uint4 wv[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) wv[r] = wchunk(r, u);
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                const uint4 xv = xs[m * KC + c];
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[m][r] = dot8_bf16(xv, wv[r], acc[m][r]);
+            }
+        }
+    }
+}
+// The lanes' sums added across the warp by a fixed butterfly: every lane gets the same bits.
+template <int M, int R>
+static __device__ __forceinline__ void gemv_warp_sum(float (&acc)[M][R]) {
+#pragma unroll
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], o);
+}
+
 template <int M, int U, bool NORM, int STAGE, class Op>
 static __global__ void __launch_bounds__(32 * GEMV_WARPS)
 gemv_kernel(const Op op, const GemvIn in, int K, int units) {
@@ -185,11 +217,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
         for (int i = threadIdx.x; i < M * KC; i += blockDim.x) gemv_xs[i] = xg[i];
     }
     __syncthreads();
-    float acc[M][R];
-#pragma unroll
-    for (int m = 0; m < M; m++)
-#pragma unroll
-        for (int r = 0; r < R; r++) acc[m][r] = 0.0f;
+    float acc[M][R] = {};
     if (live) {
         for (int c0 = 0; c0 < KC; c0 += 32 * U) {
             if (c0 > 0 && STAGE == GEMV_STAGE_TAIL) {
@@ -211,25 +239,9 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
                         w[r][u] = c < KC ? __ldg(wr[r] + c) : zero;
                     }
             }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + lane + 32 * u;
-                if (c < KC) {
-#pragma unroll
-                    for (int m = 0; m < M; m++) {
-                        const uint4 xv = gemv_xs[m * KC + c];
-#pragma unroll
-                        for (int r = 0; r < R; r++) acc[m][r] = dot8_bf16(xv, w[r][u], acc[m][r]);
-                    }
-                }
-            }
+            gemv_dot_step<M, R, U>(acc, [&](int r, int u) { return w[r][u]; }, gemv_xs, KC, c0, lane);
         }
-#pragma unroll
-        for (int m = 0; m < M; m++)
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], o);
+        gemv_warp_sum<M, R>(acc);
     }
     constexpr int SF = Op::SMEM_FLOATS > 0 ? Op::SMEM_FLOATS : 1;
     __shared__ float s_op[SETS * SF];
@@ -238,33 +250,11 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
     if (lane == 0) s_count[0][warp] = count;
     if constexpr (STAGE == GEMV_STAGE_UNITS) {  // set 1 from shared memory, the chunks in set 0's order
         asm volatile("cp.async.wait_all;" ::: "memory");
-        float acc1[M][R];
-#pragma unroll
-        for (int m = 0; m < M; m++)
-#pragma unroll
-            for (int r = 0; r < R; r++) acc1[m][r] = 0.0f;
+        float acc1[M][R] = {};
         if (live1) {
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = lane + 32 * u;
-                if (c < KC) {
-                    uint4 wv[R];
-#pragma unroll
-                    for (int r = 0; r < R; r++) wv[r] = stage[(r * U + u) * 32 + lane];
-#pragma unroll
-                    for (int m = 0; m < M; m++) {
-                        const uint4 xv = gemv_xs[m * KC + c];
-#pragma unroll
-                        for (int r = 0; r < R; r++) acc1[m][r] = dot8_bf16(xv, wv[r], acc1[m][r]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int m = 0; m < M; m++)
-#pragma unroll
-                for (int r = 0; r < R; r++)
-#pragma unroll
-                    for (int o = 16; o > 0; o >>= 1) acc1[m][r] += __shfl_xor_sync(0xffffffffu, acc1[m][r], o);
+            gemv_dot_step<M, R, U>(acc1, [&](int r, int u) { return stage[(r * U + u) * 32 + lane]; }, gemv_xs, KC, 0,
+                                   lane);
+            gemv_warp_sum<M, R>(acc1);
         }
         int count1 = 0;
         if (live1) count1 = op.template store<M>(unit1, lane, acc1, gemv_xs, KC, s_op + SF);

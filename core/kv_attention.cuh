@@ -340,15 +340,9 @@ static inline void kv_decode_attention(bf16 *out, const bf16 *q, const bf16 *kc,
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)H, (unsigned)B, (unsigned)kvd_splits(S, hd)),
                                                      dim3((unsigned)keys), 0, 1, &attr, stream);
-    const float scale = 1.0f / sqrtf((float)hd);
-    if (hd <= 64)
-        cudaCheck(cudaLaunchKernelEx(&cfg, kv_decode_attention_kernel<KVD_KEYS_SMALL, 8>, out, q, kc, vc, pos0, pos0_dev,
-                                     S, H, KVH, hd, scale, w->part, w->ticket,
-                                     w->splits KT_ARG(kt_take("kv_decode_attention"))));
-    else
-        cudaCheck(cudaLaunchKernelEx(&cfg, kv_decode_attention_kernel<KVD_KEYS_LARGE, 16>, out, q, kc, vc, pos0, pos0_dev,
-                                     S, H, KVH, hd, scale, w->part, w->ticket,
-                                     w->splits KT_ARG(kt_take("kv_decode_attention"))));
+    auto kernel = hd <= 64 ? kv_decode_attention_kernel<KVD_KEYS_SMALL, 8> : kv_decode_attention_kernel<KVD_KEYS_LARGE, 16>;
+    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, out, q, kc, vc, pos0, pos0_dev, S, H, KVH, hd, 1.0f / sqrtf((float)hd),
+                                 w->part, w->ticket, w->splits KT_ARG(kt_take("kv_decode_attention"))));
 }
 
 // The new rows into the cache: kc[b, pos0 + t] = k[b, t], vc likewise (rows of KV = KVH * hd elements, KV % 8 == 0).

@@ -65,27 +65,9 @@ typedef struct {
 //   GEMV_STAGE_TAIL (K > 256 U, at most one CTA per SM): each warp copies its rows' chunks past the first step (tail
 //     [W][R][TJ][32], TJ = ceil(KC / 32) - U per lane) into shared memory, so its later steps wait for no HBM round
 //     trip after the wait. The steps are summed in the same order: the same bits as unstaged.
-//   GEMV_STAGE_UNITS3 (GEMV_SETS3 builds): three sets, sets 1 and 2 in shared memory, when a CTA per SM then holds
-//     all units; the TAIL is then capped at GEMV_TAIL_CAP chunks per lane and row (the chunks past it are loaded
-//     after the wait), so that such a CTA fits beside a tail-staged one.
 #define GEMV_STAGE_NONE 0
 #define GEMV_STAGE_UNITS 1
 #define GEMV_STAGE_TAIL 2
-#define GEMV_STAGE_UNITS3 3
-#ifndef GEMV_SETS3
-#define GEMV_SETS3 0
-#endif
-#ifndef GEMV_TAIL_CAP
-#define GEMV_TAIL_CAP 1000000
-#endif
-static constexpr int gemv_sets(int stage) {
-    return stage == GEMV_STAGE_UNITS ? 2 : stage == GEMV_STAGE_UNITS3 ? 3 : 1;
-}
-// Chunks per lane and row staged by GEMV_STAGE_TAIL: those past the first step, at most GEMV_TAIL_CAP.
-static __host__ __device__ __forceinline__ int gemv_tail_chunks(int KC, int U) {
-    const int tj = (KC + 31) / 32 - U;
-    return tj < 0 ? 0 : tj < GEMV_TAIL_CAP ? tj : GEMV_TAIL_CAP;
-}
 // acc[m][r] += x[m] . (chunks of weight row r) over one step: the lane's chunks c0 + lane + 32 u < KC, u in order;
 // wchunk(r, u) gives the weights (from registers, or read from shared memory as they are used).
 template <int M, int R, int U, class WChunk>
@@ -121,7 +103,7 @@ static __device__ __forceinline__ void gemv_warp_sum(float (&acc)[M][R]) {
 template <int M, int U, bool NORM, int STAGE, class Op>
 static __global__ void __launch_bounds__(32 * GEMV_WARPS)
 gemv_kernel(const Op op, const GemvIn in, int K, int units) {
-    constexpr int R = Op::R, SETS = gemv_sets(STAGE);
+    constexpr int R = Op::R, SETS = STAGE == GEMV_STAGE_UNITS ? 2 : 1;
     KT_SCOPE(in.kt_slot);
     extern __shared__ uint4 gemv_xs[];  // x [M, K / 8] in 16-byte chunks, then the staged weights (above)
     __shared__ int s_count[SETS][GEMV_WARPS];
@@ -140,11 +122,12 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
 #pragma unroll
         for (int r = 0; r < R; r++)
             w[r][u] = live && lane + 32 * u < KC ? __ldg(wr[r] + lane + 32 * u) : zero;
-    // sets 1 .. SETS-1: set s's weights [W][R][U][32] at stage + (s - 1) W R U 32 (each lane copies the chunks it
-    // will read: no barrier needed)
+    // set 1's weights into shared memory: each lane copies the chunks it will read (no barrier needed)
+    const int unit1 = unit + GEMV_WARPS;
+    const bool live1 = STAGE == GEMV_STAGE_UNITS && unit1 < units;
     uint4 *stage = gemv_xs + M * KC + (size_t)warp * R * U * 32;
-    const int TJ = gemv_tail_chunks(KC, U);  // GEMV_STAGE_TAIL: chunks per lane and row staged past the first step
-    uint4 *tail = gemv_xs + M * KC + (size_t)warp * R * TJ * 32;
+    const int TJ = (KC + 31) / 32 - U;  // GEMV_STAGE_TAIL: chunks per lane and row past the first step
+    uint4 *tail = gemv_xs + M * KC + (size_t)warp * R * (TJ > 0 ? TJ : 0) * 32;
     if constexpr (STAGE == GEMV_STAGE_TAIL) {  // the rest of this warp's rows (each lane the chunks it will read)
         if (live)
 #pragma unroll
@@ -158,18 +141,15 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
                 }
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
-#pragma unroll
-    for (int st = 1; st < SETS; st++) {  // one commit group per set
-        const int unit_s = unit + st * GEMV_WARPS;
-        uint4 *stage_s = stage + (size_t)(st - 1) * GEMV_WARPS * R * U * 32;
-        if (unit_s < units)
+    if constexpr (STAGE == GEMV_STAGE_UNITS) {
+        if (live1)
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const uint4 *src = reinterpret_cast<const uint4 *>(op.row(unit_s, r));
+                const uint4 *src = reinterpret_cast<const uint4 *>(op.row(unit1, r));
 #pragma unroll
                 for (int u = 0; u < U; u++)
                     if (lane + 32 * u < KC) {
-                        const unsigned dst = (unsigned)__cvta_generic_to_shared(stage_s + (r * U + u) * 32 + lane);
+                        const unsigned dst = (unsigned)__cvta_generic_to_shared(stage + (r * U + u) * 32 + lane);
                         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src + lane + 32 * u)
                                      : "memory");
                     }
@@ -248,7 +228,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
 #pragma unroll
                     for (int r = 0; r < R; r++) {
                         const int c = c0 + lane + 32 * u;
-                        w[r][u] = c >= KC ? zero : (GEMV_TAIL_CAP >= 1000000 || j0 + u < TJ) ? tail[(r * TJ + j0 + u) * 32 + lane] : __ldg(wr[r] + c);
+                        w[r][u] = c < KC ? tail[(r * TJ + j0 + u) * 32 + lane] : zero;
                     }
             } else if (c0 > 0) {
 #pragma unroll
@@ -268,21 +248,17 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
     int count = 0;
     if (live) count = op.template store<M>(unit, lane, acc, gemv_xs, KC, s_op);
     if (lane == 0) s_count[0][warp] = count;
-#pragma unroll
-    for (int st = 1; st < SETS; st++) {  // the staged sets from shared memory, the chunks in set 0's order
-        if (st == SETS - 1) asm volatile("cp.async.wait_group 0;" ::: "memory");  // this lane's own copies of set st
-        else asm volatile("cp.async.wait_group 1;" ::: "memory");
-        const int unit_s = unit + st * GEMV_WARPS;
-        const uint4 *stage_s = stage + (size_t)(st - 1) * GEMV_WARPS * R * U * 32;
+    if constexpr (STAGE == GEMV_STAGE_UNITS) {  // set 1 from shared memory, the chunks in set 0's order
+        asm volatile("cp.async.wait_all;" ::: "memory");
         float acc1[M][R] = {};
-        int count1 = 0;
-        if (unit_s < units) {
-            gemv_dot_step<M, R, U>(acc1, [&](int r, int u) { return stage_s[(r * U + u) * 32 + lane]; }, gemv_xs, KC,
-                                   0, lane);
+        if (live1) {
+            gemv_dot_step<M, R, U>(acc1, [&](int r, int u) { return stage[(r * U + u) * 32 + lane]; }, gemv_xs, KC, 0,
+                                   lane);
             gemv_warp_sum<M, R>(acc1);
-            count1 = op.template store<M>(unit_s, lane, acc1, gemv_xs, KC, s_op + st * SF);
         }
-        if (lane == 0) s_count[st][warp] = count1;
+        int count1 = 0;
+        if (live1) count1 = op.template store<M>(unit1, lane, acc1, gemv_xs, KC, s_op + SF);
+        if (lane == 0) s_count[SETS - 1][warp] = count1;
     }
     if constexpr (Op::COUNTS) {
         __syncthreads();
@@ -290,8 +266,7 @@ gemv_kernel(const Op op, const GemvIn in, int K, int units) {
         for (int st = 0; st < SETS; st++) {
             int total = 0;
             for (int i = 0; i < GEMV_WARPS; i++) total += s_count[st][i];
-            const int vb = (int)blockIdx.x * SETS + st;  // the last CTA's later sets may hold no unit
-            if (vb * GEMV_WARPS < units) op.finish(total, s_op + st * SF, vb);
+            op.finish(total, s_op + st * SF, (int)blockIdx.x * SETS + st);
         }
     }
 }
@@ -473,7 +448,8 @@ static inline int gemv_resident_ctas(void) {
 
 // Shared memory of a gemv_kernel launch: x, then the staged weights.
 static inline size_t gemv_smem_bytes(int stage, int M, int K, int R, int U) {
-    const size_t w = stage == GEMV_STAGE_TAIL ? (size_t)gemv_tail_chunks(K / 8, U) : (size_t)(gemv_sets(stage) - 1) * U;
+    const int TJ = (K / 8 + 31) / 32 - U;
+    const size_t w = stage == GEMV_STAGE_UNITS ? (size_t)U : stage == GEMV_STAGE_TAIL ? (size_t)TJ : 0;
     return (size_t)M * K * 2 + sizeof(uint4) * GEMV_WARPS * R * w * 32;
 }
 // How a call is staged (the kernel's comment): UNITS when the rows are one step (K <= 256 U) and one CTA per 8 units
@@ -481,13 +457,7 @@ static inline size_t gemv_smem_bytes(int stage, int M, int K, int R, int U) {
 // in GEMV_MAX_SMEM; NONE otherwise.
 static inline int gemv_stage_mode(int M, int K, int units, int R, int U) {
     const int ctas = (units + GEMV_WARPS - 1) / GEMV_WARPS;
-    if (K <= 256 * U) {
-        if (ctas <= gemv_resident_ctas()) return GEMV_STAGE_NONE;
-        if (GEMV_SETS3 && R == 2 && (units + 3 * GEMV_WARPS - 1) / (3 * GEMV_WARPS) <= cuda_sm_count() &&
-            gemv_smem_bytes(GEMV_STAGE_UNITS3, M, K, R, U) <= GEMV_MAX_SMEM)
-            return GEMV_STAGE_UNITS3;
-        return GEMV_STAGE_UNITS;
-    }
+    if (K <= 256 * U) return ctas > gemv_resident_ctas() ? GEMV_STAGE_UNITS : GEMV_STAGE_NONE;
     if (ctas <= cuda_sm_count() && gemv_smem_bytes(GEMV_STAGE_TAIL, M, K, R, U) <= GEMV_MAX_SMEM)
         return GEMV_STAGE_TAIL;
     return GEMV_STAGE_NONE;
@@ -502,7 +472,7 @@ static inline void gemv_launch_kernel(const Op &op, const GemvIn &in, int K, int
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = smem;
     }
-    const int per_cta = gemv_sets(STAGE) * GEMV_WARPS;
+    const int per_cta = (STAGE == GEMV_STAGE_UNITS ? 2 : 1) * GEMV_WARPS;
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)((units + per_cta - 1) / per_cta)),
                                                      dim3(32 * GEMV_WARPS), smem, 1, &attr, s);
@@ -520,9 +490,6 @@ static inline void gemv_launch_cfg(const Op &op, const GemvIn &in, int K, int un
     switch (gemv_stage_mode(M, K, units, Op::R, U)) {
         case GEMV_STAGE_UNITS: gemv_launch_kernel<M, U, NORM, GEMV_STAGE_UNITS>(op, in, K, units, s); break;
         case GEMV_STAGE_TAIL: gemv_launch_kernel<M, U, NORM, GEMV_STAGE_TAIL>(op, in, K, units, s); break;
-        case GEMV_STAGE_UNITS3:
-            if constexpr (GEMV_SETS3 && Op::R == 2) gemv_launch_kernel<M, U, NORM, GEMV_STAGE_UNITS3>(op, in, K, units, s);
-            break;
         default: gemv_launch_kernel<M, U, NORM, GEMV_STAGE_NONE>(op, in, K, units, s); break;
     }
 }

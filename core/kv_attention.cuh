@@ -168,11 +168,6 @@ static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const 
 #define KVD_KEYS_SMALL 512
 #define KVD_KEYS_LARGE 256
 static inline int kvd_keys(int hd) { return hd <= 64 ? KVD_KEYS_SMALL : KVD_KEYS_LARGE; }
-#ifndef KVD_V_SMEM
-#define KVD_V_SMEM 0  // values staged in shared memory instead of registers (dev A/B)
-#endif
-// Dynamic shared memory of a decoding-attention CTA: its keys' values when KVD_V_SMEM.
-static inline size_t kvd_smem_bytes(int hd) { return KVD_V_SMEM ? (size_t)kvd_keys(hd) * hd * 2 : 0; }
 static inline int kvd_splits(int S, int hd) { return (S + kvd_keys(hd) - 1) / kvd_keys(hd); }
 // every C = hd / 8 <= CMAX gives each p v thread at most CMAX keys (G = KEYS / C groups)
 static constexpr bool kvd_keys_fit(int KEYS, int CMAX, int C) {
@@ -227,22 +222,6 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     // the values this thread weighs in p v (thread (g, c): dims 8c .. 8c + 7 of keys g, g + G, ..., < nk),
     // those written by earlier steps likewise before the wait
     const int G = KEYS / C, c = t % C, g = t / C, nk = min(KEYS, n - j0);
-#if KVD_V_SMEM
-    // vs [KEYS][C] 16-byte chunks in dynamic shared memory: each thread copies (cp.async) and later reads only its own
-    // slots, so no barrier orders them
-    extern __shared__ uint4 kvd_vs[];
-#pragma unroll
-    for (int i = 0; i < CMAX; i++) {
-        const int jj = g + i * G;
-        if (g < G && jj < nk && j0 + jj < n - 1) {
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(kvd_vs + jj * C + c);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
-                         "l"(reinterpret_cast<const uint4 *>(vbase + (size_t)(j0 + jj) * kstride) + c)
-                         : "memory");
-        }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#else
     uint4 vr[CMAX];
 #pragma unroll
     for (int i = 0; i < CMAX; i++) {
@@ -250,7 +229,6 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
         if (g < G && jj < nk && j0 + jj < n - 1)
             vr[i] = __ldg(reinterpret_cast<const uint4 *>(vbase + (size_t)(j0 + jj) * kstride) + c);
     }
-#endif
     pdl_launch_dependents();
     pdl_wait();
     KT_WAITED();
@@ -261,14 +239,10 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     }
     const int jn = n - 1 - j0;  // the newest key's place in this block
     if (g < G && jn >= g && jn < nk && (jn - g) % G == 0) {  // its value is this thread's: written by the kernel before
-#if KVD_V_SMEM
-        kvd_vs[jn * C + c] = *(reinterpret_cast<const uint4 *>(vbase + (size_t)(n - 1) * kstride) + c);
-#else
         const int i = (jn - g) / G;
 #pragma unroll
         for (int ii = 0; ii < CMAX; ii++)
             if (ii == i) vr[ii] = *(reinterpret_cast<const uint4 *>(vbase + (size_t)(n - 1) * kstride) + c);
-#endif
     }
     const bf16 *qr = q + ((size_t)b * H + h) * hd;
     for (int d = t; d < hd; d += KEYS) qs[d] = __bfloat162float(qr[d]);
@@ -295,9 +269,6 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     ps[t] = p;
     __syncthreads();
     // p v over key groups (thread (g, c): dims 8c .. 8c + 7 of keys g, g + G, ...), then the groups' sums in order
-#if KVD_V_SMEM
-    asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's own copies
-#endif
     if (g < G) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
@@ -305,11 +276,7 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
             const int jj = g + i * G;
             if (jj < nk) {
                 float vv[8];
-#if KVD_V_SMEM
-                unpack8_bf16(kvd_vs[jj * C + c], vv);
-#else
                 unpack8_bf16(vr[i], vv);
-#endif
                 const float pj = ps[jj];
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[e] += pj * vv[e];
@@ -370,18 +337,10 @@ static inline void kv_decode_attention(bf16 *out, const bf16 *q, const bf16 *kc,
                    "hd=%d)", w->B, w->H, w->S, w->hd, B, H, S, hd);
     if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) & 15) SLLM_FATAL("kv_decode_attention: q, kc, vc must be 16-byte aligned");
     const int keys = kvd_keys(hd);
-    auto kernel = hd <= 64 ? kv_decode_attention_kernel<KVD_KEYS_SMALL, 8> : kv_decode_attention_kernel<KVD_KEYS_LARGE, 16>;
-    const size_t smem = kvd_smem_bytes(hd);
-    if (smem > 48 * 1024) {
-        static bool set[2] = {false, false};
-        if (!set[hd <= 64]) {
-            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            set[hd <= 64] = true;
-        }
-    }
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)H, (unsigned)B, (unsigned)kvd_splits(S, hd)),
-                                                     dim3((unsigned)keys), smem, 1, &attr, stream);
+                                                     dim3((unsigned)keys), 0, 1, &attr, stream);
+    auto kernel = hd <= 64 ? kv_decode_attention_kernel<KVD_KEYS_SMALL, 8> : kv_decode_attention_kernel<KVD_KEYS_LARGE, 16>;
     cudaCheck(cudaLaunchKernelEx(&cfg, kernel, out, q, kc, vc, pos0, pos0_dev, S, H, KVH, hd, 1.0f / sqrtf((float)hd),
                                  w->part, w->ticket, w->splits KT_ARG(kt_take("kv_decode_attention"))));
 }

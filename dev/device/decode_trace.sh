@@ -3,10 +3,11 @@
 #   bash dev/device/decode_trace.sh        (carry deps-debs; PRESETS default "0.5B 2B")
 # builds infer with -DSLLM_KTRACE beside the plain build, then `infer --bench` (1 sample, prompt 256, 128 steps,
 # SYNTHETIC 29) of both: the plain binary's step times (the trace's own cost: compare them) and the traced binary's
-# tables for the dense and the sparse FFN: each kernel's entry, return from its wait and exit, in launch order. Log: $OUT/decode_trace.log.
+# tables for the dense and the sparse FFN: each kernel's entry, return from its wait and exit, in launch order.
+# TRACE_FLAGS (e.g. "-DFLAG=1") are added to the traced build only. Log: $OUT/decode_trace.log.
 source dev/device/preamble.sh decode_trace.log
 make -j"$(nproc)" build/libsllm.a build/infer > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-nvcc $VARIANT_NVCC -DSLLM_KTRACE infer.cu -o build/infer_trace $VARIANT_LINK >> "$OUT/build.log" 2>&1 \
+nvcc $VARIANT_NVCC -DSLLM_KTRACE $TRACE_FLAGS infer.cu -o build/infer_trace $VARIANT_LINK >> "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "TRACE BUILD FAILED"; exit 1; }
 echo "$(el) built"
 for p in ${PRESETS:-0.5B 2B}; do

@@ -991,11 +991,12 @@ static void gemv_staged_case(int M, int N, int K) {
     poison(dy, (size_t)M * N * 4);
     gemv_rows(dy, gemv_in(dx), dW, M, N, K, 0);
     float *h = get_f32(dy, (size_t)M * N), *h2 = (float *)sllm_malloc((size_t)M * N * 4);
-    for (int n0 = 0; n0 < N; n0 += 2048) {  // the same rows, unstaged: y2 [M, 2048] per chunk
+    for (int n0 = 0; n0 < N; n0 += 2048) {  // the same rows, unstaged: y2 [M, nc] per chunk
+        const int nc = N - n0 < 2048 ? N - n0 : 2048;
         poison(dy2, (size_t)M * 2048 * 4);
-        gemv_rows(dy2, gemv_in(dx), dW + (size_t)n0 * K, M, 2048, K, 0);
-        float *c = get_f32(dy2, (size_t)M * 2048);
-        for (int m = 0; m < M; m++) memcpy(h2 + (size_t)m * N + n0, c + (size_t)m * 2048, 2048 * 4);
+        gemv_rows(dy2, gemv_in(dx), dW + (size_t)n0 * K, M, nc, K, 0);
+        float *c = get_f32(dy2, (size_t)M * nc);
+        for (int m = 0; m < M; m++) memcpy(h2 + (size_t)m * N + n0, c + (size_t)m * nc, (size_t)nc * 4);
         free(c);
     }
     CHECK_REL("gemv rows staged", h, ref, (size_t)M * N, 1e-5);
@@ -1226,6 +1227,8 @@ static void test_gemv(void **state) {
     gemv_rows_case(3, 1002, 5640, 1);  // several steps of 2048 columns, the last one partial; fp32 out
     gemv_rows_case(2, 66, 136, 0);     // fewer columns than one step; a CTA with idle warps
     gemv_staged_case(3, 16384, 1024);  // more units than one wave: staged, the same bits as unstaged calls
+    gemv_staged_case(1, 6144, 2048);   // q/k/v's rows (0.5B-2B presets)
+    gemv_staged_case(2, 4810, 2048);   // a last CTA with units in its first set only
     gemv_tail_case(1, 5632);             // the down at the paper's width: tails staged, the same bits as unstaged
     gemv_tail_case(4, 5640);             // 4 rows of x, a partial last chunk step
     gemv_tail_case(2, 2056);             // one chunk past the first step

@@ -218,15 +218,4 @@ static inline cudaLaunchConfig_t pdl_launch_config(dim3 grid, dim3 block, size_t
     cfg.numAttrs = pdl ? 1 : 0;
     return cfg;
 }
-// The shared memory carveout (percent of the SM's unified L1 / shared memory) asked for the decoding step's kernels
-// (SLLM_DECODE_CARVEOUT; -1: the driver's choice). Dev A/B: kernels with different carveouts cannot share an SM
-// until it drains, which would hold back the next kernel's CTAs at every boundary of a decoding step.
-#ifndef SLLM_DECODE_CARVEOUT
-#define SLLM_DECODE_CARVEOUT -1
-#endif
-template <class Kernel>
-static inline void decode_kernel_carveout(Kernel kernel) {
-    if (SLLM_DECODE_CARVEOUT >= 0)
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, SLLM_DECODE_CARVEOUT));
-}
 #endif  // SLLM_CUDA_COMMON_CUH

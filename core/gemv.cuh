@@ -65,9 +65,6 @@ typedef struct {
 //   GEMV_STAGE_TAIL (K > 256 U, at most one CTA per SM): each warp copies its rows' chunks past the first step (tail
 //     [W][R][TJ][32], TJ = ceil(KC / 32) - U per lane) into shared memory, so its later steps wait for no HBM round
 //     trip after the wait. The steps are summed in the same order: the same bits as unstaged.
-#ifndef GEMV_UNITS_FROM
-#define GEMV_UNITS_FROM 0  // dev A/B: stage UNITS above this many CTAs (0: above one wave, gemv_resident_ctas)
-#endif
 #define GEMV_STAGE_NONE 0
 #define GEMV_STAGE_UNITS 1
 #define GEMV_STAGE_TAIL 2
@@ -460,7 +457,7 @@ static inline size_t gemv_smem_bytes(int stage, int M, int K, int R, int U) {
 // in GEMV_MAX_SMEM; NONE otherwise.
 static inline int gemv_stage_mode(int M, int K, int units, int R, int U) {
     const int ctas = (units + GEMV_WARPS - 1) / GEMV_WARPS;
-    if (K <= 256 * U) return ctas > (GEMV_UNITS_FROM > 0 ? GEMV_UNITS_FROM : gemv_resident_ctas()) ? GEMV_STAGE_UNITS : GEMV_STAGE_NONE;
+    if (K <= 256 * U) return ctas > gemv_resident_ctas() ? GEMV_STAGE_UNITS : GEMV_STAGE_NONE;
     if (ctas <= cuda_sm_count() && gemv_smem_bytes(GEMV_STAGE_TAIL, M, K, R, U) <= GEMV_MAX_SMEM)
         return GEMV_STAGE_TAIL;
     return GEMV_STAGE_NONE;
@@ -470,8 +467,6 @@ template <int M, int U, bool NORM, int STAGE, class Op>
 static inline void gemv_launch_kernel(const Op &op, const GemvIn &in, int K, int units, cudaStream_t s) {
     const size_t smem = gemv_smem_bytes(STAGE, M, K, Op::R, U);
     static size_t smem_set = 48 * 1024;  // the default limit; raised once as needed (per instantiation)
-    static const bool carved = (decode_kernel_carveout(gemv_kernel<M, U, NORM, STAGE, Op>), true);
-    (void)carved;
     if (smem > smem_set) {
         cudaCheck(cudaFuncSetAttribute(gemv_kernel<M, U, NORM, STAGE, Op>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

@@ -341,9 +341,6 @@ static inline void kv_decode_attention(bf16 *out, const bf16 *q, const bf16 *kc,
     const cudaLaunchConfig_t cfg = pdl_launch_config(dim3((unsigned)H, (unsigned)B, (unsigned)kvd_splits(S, hd)),
                                                      dim3((unsigned)keys), 0, 1, &attr, stream);
     auto kernel = hd <= 64 ? kv_decode_attention_kernel<KVD_KEYS_SMALL, 8> : kv_decode_attention_kernel<KVD_KEYS_LARGE, 16>;
-    static const bool carved = (decode_kernel_carveout(kv_decode_attention_kernel<KVD_KEYS_SMALL, 8>),
-                                decode_kernel_carveout(kv_decode_attention_kernel<KVD_KEYS_LARGE, 16>), true);
-    (void)carved;
     cudaCheck(cudaLaunchKernelEx(&cfg, kernel, out, q, kc, vc, pos0, pos0_dev, S, H, KVH, hd, 1.0f / sqrtf((float)hd),
                                  w->part, w->ticket, w->splits KT_ARG(kt_take("kv_decode_attention"))));
 }

@@ -355,17 +355,6 @@ static inline void twell_decode_gate_up(const bf16 *X, const bf16 *W1, const bf1
         mt == 4 ? (lists ? twell_decode_gate_kernel<4, true, 4> : twell_decode_gate_kernel<4, false, 4>)
                 : warps == 8 ? TWELL_DEC_GATE_PICK(8) : TWELL_DEC_GATE_PICK(4);
 #undef TWELL_DEC_GATE_PICK
-    static const bool carved = (decode_kernel_carveout(twell_decode_gate_kernel<1, true, 8>),
-                                decode_kernel_carveout(twell_decode_gate_kernel<2, true, 8>),
-                                decode_kernel_carveout(twell_decode_gate_kernel<1, false, 8>),
-                                decode_kernel_carveout(twell_decode_gate_kernel<2, false, 8>),
-                                decode_kernel_carveout(twell_decode_gate_kernel<1, true, 4>),
-                                decode_kernel_carveout(twell_decode_gate_kernel<2, true, 4>),
-                                decode_kernel_carveout(twell_decode_gate_kernel<1, false, 4>),
-                                decode_kernel_carveout(twell_decode_gate_kernel<2, false, 4>),
-                                decode_kernel_carveout(twell_decode_gate_kernel<4, true, 4>),
-                                decode_kernel_carveout(twell_decode_gate_kernel<4, false, 4>), true);
-    (void)carved;
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg =
         twell_decode_launch_config(dim3(F / TWELL_DEC_GROUP), 32 * warps, pdl, &attr, stream);
@@ -376,8 +365,6 @@ static inline void twell_decode_down(const bf16 *WdT, const int *cnt, const uint
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg =
         twell_decode_launch_config(dim3(CEIL_DIV(D, TWELL_TILE), M), TWELL_DEC_THREADS, pdl, &attr, stream);
-    static const bool carved = (decode_kernel_carveout(twell_decode_down_kernel), true);
-    (void)carved;
     cudaCheck(cudaLaunchKernelEx(&cfg, twell_decode_down_kernel, WdT, cnt, ent, Y, D, F KT_ARG(kt_take("twell_decode_down"))));
 }
 

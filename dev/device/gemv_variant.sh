@@ -27,8 +27,8 @@ for p in ${PRESETS:-0.5B 2B}; do
   for rep in 1 2; do
     for b in $bins; do
       timeout 120 ./build/$b --preset $p --synthetic-nnz 29 --bench --samples 1 --prompt-len 256 --tokens 128 --reps 3 \
-        --energy-ms 0 > /tmp/g.txt 2>&1
-      echo "$(el) $b $p rc=$?: $(grep -E "^SYNTHETIC +(dense|sparse|auto) +[0-9.]+ ms/step on the GPU" /tmp/g.txt | awk '{print $2, $3}' | tr '\n' ' ')"
+        --energy-ms 0 > "$OUT/g.txt" 2>&1
+      echo "$(el) $b $p rc=$?: $(grep -E "^SYNTHETIC +(dense|sparse|auto) +[0-9.]+ ms/step on the GPU" "$OUT/g.txt" | awk '{print $2, $3}' | tr '\n' ' ')"
     done
   done
 done

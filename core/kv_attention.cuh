@@ -165,9 +165,6 @@ static inline void kv_attention(bf16 *out, const bf16 *q, const bf16 *kc, const 
 // a thread weighs in p v, ceil(KEYS / G)), by head dim: hd <= 64 keeps 2 x 8 chunks in 104 registers, so 512 threads
 // fit the register file and one block covers up to 512 positions (no partials, no ticket); hd <= 128 keeps 2 x 16 and
 // 256 threads.
-#ifndef KVD_SERIAL
-#define KVD_SERIAL 0  // dev A/B: the block_max / block_sum softmax, one dot chain and one summer per dim (the kernel before)
-#endif
 #define KVD_KEYS_SMALL 512
 #define KVD_KEYS_LARGE 256
 static inline int kvd_keys(int hd) { return hd <= 64 ? KVD_KEYS_SMALL : KVD_KEYS_LARGE; }
@@ -205,8 +202,7 @@ static __global__ void __launch_bounds__(KEYS)
 kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int pos0, const int *pos0_dev,
                            int S, int H, int KVH, int hd, float scale, float *part, int *ticket, int splits KT_PARAM) {
     KT_SCOPE(kt_slot);
-    constexpr int NW = KEYS / 32;
-    __shared__ float qs[128], ps[KEYS], red[32], wl[NW];
+    __shared__ float qs[128], ps[KEYS], red[32];
     __shared__ float acc_s[8 * KEYS];  // G * hd <= KEYS / C * 8 C
     __shared__ int s_last;
     const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, t = threadIdx.x;
@@ -253,7 +249,6 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     __syncthreads();
     float sc = -INFINITY;
     if (j < n) {
-#if KVD_SERIAL
         float a = 0.0f;
 #pragma unroll
         for (int c = 0; c < CMAX; c++)
@@ -267,43 +262,12 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
                 }
             }
         sc = a * scale;
-#else
-        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four independent chains: dims 8c + 2e, 8c + 2e + 1 into a[e]
-#pragma unroll
-        for (int c = 0; c < CMAX; c++)
-            if (c < C) {
-                const __nv_bfloat162 *p2 = reinterpret_cast<const __nv_bfloat162 *>(&kr[c]);
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float2 f = __bfloat1622float2(p2[e]);
-                    a[e] = fmaf(qs[8 * c + 2 * e], f.x, a[e]);
-                    a[e] = fmaf(qs[8 * c + 2 * e + 1], f.y, a[e]);
-                }
-            }
-        sc = ((a[0] + a[1]) + (a[2] + a[3])) * scale;
-#endif
     }
-#if KVD_SERIAL
     const float mx = block_max(sc, red);
     const float p = j < n ? __expf(sc - mx) : 0.0f;
     const float sum = block_sum(p, red);  // its barriers also order the ps writes below after every read of red
     ps[t] = p;
     __syncthreads();
-#else
-    // softmax in two barriers: the warps' maxima, then p = e^(s - max), its warp sums and ps together; the block
-    // max and sum are those of block_max / block_sum (the same warp butterflies, then the warps' values by lane)
-    const int lane = t & 31, warp = t >> 5;
-    const float wmx = warp_max(sc);
-    if (lane == 0) red[warp] = wmx;
-    __syncthreads();
-    const float mx = warp_max(lane < NW ? red[lane] : -INFINITY);
-    const float p = j < n ? __expf(sc - mx) : 0.0f;
-    ps[t] = p;
-    const float wsum = warp_sum(p);
-    if (lane == 0) wl[warp] = wsum;
-    __syncthreads();
-    const float sum = warp_sum(lane < NW ? wl[lane] : 0.0f);
-#endif
     // p v over key groups (thread (g, c): dims 8c .. 8c + 7 of keys g, g + G, ...), then the groups' sums in order
     if (g < G) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -323,8 +287,6 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
     }
     __syncthreads();
     bf16 *orow = out + ((size_t)b * H + h) * hd;
-    float *pp = part + ((size_t)b * H + h) * splits * (hd + 2);
-#if KVD_SERIAL
     if (live == 1) {  // one block of keys: no partials
         const float inv = 1.0f / sum;
         for (int d = t; d < hd; d += KEYS) {
@@ -334,29 +296,12 @@ kv_decode_attention_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 
         }
         return;
     }
+    float *pp = part + ((size_t)b * H + h) * splits * (hd + 2);
     for (int d = t; d < hd; d += KEYS) {
         float o = 0.0f;
         for (int gg = 0; gg < G; gg++) o += acc_s[gg * hd + d];
         pp[(size_t)split * (hd + 2) + 2 + d] = o;
     }
-#else
-    {
-        // o[d] = the sum over the G groups: P consecutive lanes per dim (P hd <= KEYS), lane k of them adds groups k,
-        // k + P, ... in order, then a butterfly over the P lanes (every thread takes part: P is uniform)
-        int P = 1;
-        while (2 * P <= 32 && 2 * P * hd <= KEYS) P *= 2;
-        const int d = t / P, k = t % P;
-        float o = 0.0f;
-        if (d < hd)
-            for (int gg = k; gg < G; gg += P) o += acc_s[gg * hd + d];
-        for (int x = 1; x < P; x <<= 1) o += __shfl_xor_sync(0xffffffffu, o, x);
-        if (live == 1) {  // one block of keys: no partials
-            if (k == 0 && d < hd) orow[d] = __float2bfloat16_rn(o * (1.0f / sum));
-            return;
-        }
-        if (k == 0 && d < hd) pp[(size_t)split * (hd + 2) + 2 + d] = o;
-    }
-#endif
     if (t == 0) { pp[(size_t)split * (hd + 2)] = mx; pp[(size_t)split * (hd + 2) + 1] = sum; }
     __threadfence();  // the partials are visible before the ticket is taken
     __syncthreads();

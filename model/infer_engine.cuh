@@ -370,8 +370,7 @@ static inline void infer_dec_measure_call(Infer *m, const BlockShape *bs, const 
             block_ffn_dense(&m->mm, bs, w, m->y + (size_t)r0 * D, ws->dense.g, ws->dense.g, m->ln + (size_t)r0 * D,
                             N - r0 < cr ? N - r0 : cr, NULL, NULL, m->stream);
     else if (twell_decode_forward(m->ln, w->wg, w->wu, m->wdT + (size_t)l * bs->F * bs->D, m->y, N, bs->D, bs->F,
-                                  bs->gated, ws->dec_g, ws->dec_cnt, ws->dec_ent, NULL, ws->dec_pdl, m->stream, 0, NULL,
-                                  ws->dec_x) != TWELL_OK)
+                                  bs->gated, ws->dec_g, ws->dec_cnt, ws->dec_ent, NULL, ws->dec_pdl, m->stream) != TWELL_OK)
         SLLM_FATAL("infer: the decode path of layer %d failed (above)", l);
 }
 static inline int infer_measure_decode_path(Infer *m, const BlockShape *bs, const LayerWeights *w, int l, int N) {

@@ -54,7 +54,6 @@
 #define TWELL_DEC_THREADS 256     // down CTAs
 #define TWELL_DEC_MAX_F 65536     // widest F: the down kernel keeps the F / 16 group offsets in shared memory
 #define TWELL_DEC_DOWN_CAP 2048   // entries of a row staged in shared memory at a time by the down kernel
-#define TWELL_DEC_DOWN_MAX_D 2048 // widest D whose up products the down kernel takes (x in shared memory)
 
 // ---- 1. gate and up: g = relu(X W1^T) (bf16, dense [M, F]) and the group lists of (unit, h) ----
 // Lane (g8 = lane / 4, q = lane % 4). Warp w owns the contiguous 64-column steps [w S / WARPS, (w + 1) S / WARPS) of
@@ -236,20 +235,12 @@ twell_decode_gate_kernel(const bf16 *__restrict__ X, const bf16 *__restrict__ W1
 
 // ---- 3. down: y = sum over entries of h * WdT[unit] ----
 // grid (ceil(D / 256), M), TWELL_DEC_THREADS threads; lane owns columns 256 slice + 8 lane .. + 7.
-// UP (the GEMV gate's lists, gated): the entries hold g, and the warp that takes an entry computes h = bf16(g *
-// bf16(x . Wu[unit])) itself, in the GEMV gate's order (each lane its chunks lane, lane + 32, ..., then the
-// butterfly): the same h bits. Its Wu row is requested with the WdT piece, both right after the entry is known.
-// X [M, D] bf16: the rows the gate saw. R entries in flight per warp; the entries go to the warps in the same order
-// either way, so Y has the same bits.
-template <bool UP>
 static __global__ void __launch_bounds__(TWELL_DEC_THREADS)
 twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ cnt, const uint2 *__restrict__ ent,
-                         bf16 *__restrict__ Y, int D, int F, const bf16 *__restrict__ X,
-                         const bf16 *__restrict__ Wu KT_PARAM) {
+                         bf16 *__restrict__ Y, int D, int F KT_PARAM) {
     KT_SCOPE(kt_slot);
-    constexpr int WARPS = TWELL_DEC_THREADS / 32, CAP = TWELL_DEC_DOWN_CAP, R = UP ? 4 : 8, UC = 8;
+    constexpr int WARPS = TWELL_DEC_THREADS / 32, CAP = TWELL_DEC_DOWN_CAP, R = 8;
     __shared__ uint2 s_ent[CAP];
-    __shared__ uint4 s_x[UP ? TWELL_DEC_DOWN_MAX_D / 8 : 1];
     __shared__ int s_pre[TWELL_DEC_MAX_F / TWELL_DEC_GROUP + 1];
     __shared__ int s_wsum[WARPS + 1];
     __shared__ __align__(16) float red[WARPS][TWELL_TILE];
@@ -271,9 +262,6 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
     // Offsets of the groups' entries (groups <= TWELL_DEC_MAX_F / 16: twell_decode_forward bounds F): the counts into
     // shared memory, a contiguous run of them per thread, a block-wide exclusive scan of the runs, then the offsets.
     for (int i = threadIdx.x; i < groups; i += TWELL_DEC_THREADS) s_pre[i + 1] = rc[i];
-    const int KC = D >> 3;
-    if constexpr (UP)
-        for (int i = threadIdx.x; i < KC; i += TWELL_DEC_THREADS) s_x[i] = reinterpret_cast<const uint4 *>(X + (size_t)m * D)[i];
     __syncthreads();
     const int per = (groups + TWELL_DEC_THREADS - 1) / TWELL_DEC_THREADS, i0 = threadIdx.x * per;
     int run = 0;
@@ -302,40 +290,14 @@ twell_decode_down_kernel(const bf16 *__restrict__ WdT, const int *__restrict__ c
         for (int e0 = warp; e0 < n_here; e0 += R * WARPS) {
             uint4 w[R];
             float h[R];
-            uint32_t unit[R];
 #pragma unroll
             for (int r = 0; r < R; r++) {  // R weight rows in flight
                 const int e = e0 + r * WARPS;
                 const bool ok = e < n_here && lane_ok;
                 const uint2 en = e < n_here ? s_ent[e] : make_uint2(0u, 0u);
                 h[r] = __uint_as_float(en.y);
-                unit[r] = en.x;
                 w[r] = ok ? __ldg(reinterpret_cast<const uint4 *>(WdT + (size_t)en.x * D) + c8)
                           : make_uint4(0u, 0u, 0u, 0u);
-            }
-            if constexpr (UP) {  // h = bf16(g * bf16(x . Wu[unit])): UC chunks per lane and entry in flight
-                float d[R];
-#pragma unroll
-                for (int r = 0; r < R; r++) d[r] = 0.0f;
-                for (int c0 = lane; c0 < KC; c0 += 32 * UC) {
-                    uint4 wu[R][UC];
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-#pragma unroll
-                        for (int i = 0; i < UC; i++) {
-                            const int c = c0 + 32 * i;
-                            wu[r][i] = e0 + r * WARPS < n_here && c < KC
-                                           ? __ldg(reinterpret_cast<const uint4 *>(Wu + (size_t)unit[r] * D) + c)
-                                           : make_uint4(0u, 0u, 0u, 0u);
-                        }
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-#pragma unroll
-                        for (int i = 0; i < UC; i++)
-                            if (c0 + 32 * i < KC) d[r] = dot8_bf16(s_x[c0 + 32 * i], wu[r][i], d[r]);
-                }
-#pragma unroll
-                for (int r = 0; r < R; r++) h[r] = round_bf16(h[r] * round_bf16(warp_sum(d[r])));
             }
 #pragma unroll
             for (int r = 0; r < R; r++) {
@@ -398,15 +360,12 @@ static inline void twell_decode_gate_up(const bf16 *X, const bf16 *W1, const bf1
         twell_decode_launch_config(dim3(F / TWELL_DEC_GROUP), 32 * warps, pdl, &attr, stream);
     cudaCheck(cudaLaunchKernelEx(&cfg, kern, X, W1, Wu_up, g, cnt, ent, nnz, M, D, F));
 }
-// X, Wu not NULL: the entries hold g and the down computes h (twell_decode_down_kernel<true>; D <=
-// TWELL_DEC_DOWN_MAX_D).
 static inline void twell_decode_down(const bf16 *WdT, const int *cnt, const uint2 *ent, bf16 *Y, int M, int D, int F,
-                                     int pdl, cudaStream_t stream, const bf16 *X = NULL, const bf16 *Wu = NULL) {
+                                     int pdl, cudaStream_t stream) {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg =
         twell_decode_launch_config(dim3(CEIL_DIV(D, TWELL_TILE), M), TWELL_DEC_THREADS, pdl, &attr, stream);
-    cudaCheck(cudaLaunchKernelEx(&cfg, X ? twell_decode_down_kernel<true> : twell_decode_down_kernel<false>, WdT, cnt,
-                                 ent, Y, D, F, X, Wu KT_ARG(kt_take("twell_decode_down"))));
+    cudaCheck(cudaLaunchKernelEx(&cfg, twell_decode_down_kernel, WdT, cnt, ent, Y, D, F KT_ARG(kt_take("twell_decode_down"))));
 }
 
 // ---- 1b. gate and up at M <= GEMV_MAX_M rows on the decoding GEMV (core/gemv.cuh) ----
@@ -421,7 +380,6 @@ struct TwellDecodeGemvGateOp {
     static constexpr bool COUNTS = true;
     static constexpr int SMEM_FLOATS = 2 * GEMV_MAX_M * TWELL_DEC_GROUP;  // g, then h, of the group's units per row
     const bf16 *w1, *wu;  // wu NULL: non-gated (h = g)
-    bf16 *xout;           // not NULL (gated): the up is left to the down kernel; the lists hold g, x goes to xout
     bf16 *g;
     int *cnt;
     uint2 *ent;
@@ -441,8 +399,6 @@ struct TwellDecodeGemvGateOp {
                 if (lane == 0) g[(size_t)m * F + 2 * u + r] = __float2bfloat16_rn(gv[m][r]);
             }
         const int j0 = (2 * u) % TWELL_DEC_GROUP;
-        if (xout && u == 0)  // the input rows for the down kernel's up products (every CTA holds the same x)
-            for (int i = lane; i < MM * KC; i += 32) reinterpret_cast<uint4 *>(xout)[i] = xs[i];
 #pragma unroll
         for (int r = 0; r < R; r++) {
             bool any = false;
@@ -451,7 +407,7 @@ struct TwellDecodeGemvGateOp {
             float hv[MM];
 #pragma unroll
             for (int m = 0; m < MM; m++) hv[m] = gv[m][r];
-            if (wu && !xout && any) {  // warp-uniform
+            if (wu && any) {  // warp-uniform
                 const uint4 *wrow = reinterpret_cast<const uint4 *>(wu + (size_t)(2 * u + r) * K);
                 float d[MM];
 #pragma unroll
@@ -508,7 +464,7 @@ static_assert(2 * GEMV_WARPS == TWELL_DEC_GROUP, "a GEMV CTA is one list group")
 static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16 *Wu, const bf16 *WdT, bf16 *Y, int M,
                                        int D, int F, int gated, bf16 *g, int *cnt, uint2 *ent,
                                        unsigned long long *nnz, int pdl, cudaStream_t stream, int gate_warps = 0,
-                                       const GemvIn *in = NULL, bf16 *xbuf = NULL) {
+                                       const GemvIn *in = NULL) {
     if (M < 1 || M > TWELL_DECODE_MAX_M) {
         fprintf(stderr, "error: twell_decode_forward: M=%d must be in [1, %d]\n", M, TWELL_DECODE_MAX_M);
         return TWELL_ERR_SHAPE;
@@ -538,13 +494,11 @@ static inline int twell_decode_forward(const bf16 *X, const bf16 *Wg, const bf16
                 M, GEMV_MAX_M);
         return TWELL_ERR_ARG;
     }
-    // the GEMV gate of a gated FFN leaves the up to the down kernel when given xbuf [M, D] for its input rows
-    const bool defer_up = gemv_gate && gated && xbuf && D <= TWELL_DEC_DOWN_MAX_D && ((uintptr_t)xbuf & 15) == 0;
     if (gemv_gate) {  // one to four rows: the GEMV gate
-        const TwellDecodeGemvGateOp op = {W1, gated ? Wu : NULL, defer_up ? xbuf : NULL, g, cnt, ent, nnz, F, D, M};
+        const TwellDecodeGemvGateOp op = {W1, gated ? Wu : NULL, g, cnt, ent, nnz, F, D, M};
         gemv_launch(op, in ? *in : gemv_in(X), M, D, F / 2, stream);
     } else twell_decode_gate_up(X, W1, gated ? Wu : NULL, g, cnt, ent, M, D, F, nnz, 1, pdl, stream, gate_warps);
-    twell_decode_down(WdT, cnt, ent, Y, M, D, F, pdl, stream, defer_up ? xbuf : NULL, defer_up ? Wu : NULL);
+    twell_decode_down(WdT, cnt, ent, Y, M, D, F, pdl, stream);
     return TWELL_OK;
 }
 

@@ -121,8 +121,7 @@ typedef struct TwellFFNWorkspaceTag {
     float *dr_part;
     int dr_grid, dr_split_F, dr_split_D;  // cooperative grid (0: the kernel cannot run here), split-K parts
     // Decode path (twell/decode.cuh): sparse calls with M <= decode_rows (0: off) run it. Scratch for dec_alloc_rows
-    // = min(TWELL_DECODE_MAX_M, max_M) rows: g [rows, F] bf16, cnt [rows, F/16], ent [rows, F] (unit, h or g), x
-    // [rows, D] bf16 (the input rows as the GEMV gate saw them, for the down kernel's up products).
+    // = min(TWELL_DECODE_MAX_M, max_M) rows: g [rows, F] bf16, cnt [rows, F/16], ent [rows, F] (unit, h).
     int decode_rows, dec_alloc_rows;
     int dec_pdl;  // 1 (default): its kernels are programmatic dependent launches (twell_ffn_set_decode_pdl)
     int dec_gate_warps;  // split-K warps per gate CTA: 0 = twell_decode_gate_warps(M), else 4 or 8 (4 at M > 32)
@@ -133,7 +132,6 @@ typedef struct TwellFFNWorkspaceTag {
     bf16 *dec_g;
     int *dec_cnt;
     uint2 *dec_ent;
-    bf16 *dec_x;
     TwellDispatchModel dec_model;        // AUTO at M <= decode_rows: twell_decode_predict, see TWELL_DECODE_S0
     TwellDispatchModel dec_model_graph;  // the same under stream capture (TWELL_DECODE_G_*)
     // dispatch state
@@ -276,7 +274,6 @@ static inline int twell_ffn_workspace_create(TwellFFNWorkspace *ws, int max_M, i
     cudaCheck(cudaMalloc(&ws->dec_g, sizeof(bf16) * dr * F));
     cudaCheck(cudaMalloc(&ws->dec_cnt, sizeof(int) * dr * (F / TWELL_DEC_GROUP)));
     cudaCheck(cudaMalloc(&ws->dec_ent, sizeof(uint2) * dr * F));
-    cudaCheck(cudaMalloc(&ws->dec_x, sizeof(bf16) * dr * D));
     return TWELL_OK;
 }
 
@@ -429,7 +426,6 @@ static inline void twell_ffn_workspace_free(TwellFFNWorkspace *ws) {
         cudaCheck(cudaFree(ws->dense.xg)); cudaCheck(cudaFree(ws->dense.yg));
         cudaCheck(cudaFree(ws->dense.g));  // u lies in the same allocation
         cudaCheck(cudaFree(ws->dec_g)); cudaCheck(cudaFree(ws->dec_cnt)); cudaCheck(cudaFree(ws->dec_ent));
-        cudaCheck(cudaFree(ws->dec_x));
         cudaCheck(cudaFree(ws->dr_part));
     }
     memset(ws, 0, sizeof(*ws));
@@ -633,7 +629,7 @@ static inline int twell_ffn_forward(MatmulContext *mm, TwellFFNWorkspace *ws, co
     if (path == TWELL_PATH_SPARSE && decode) {
         int e = twell_decode_forward(X, Wg, Wu, WdT, Y, M, ws->D, ws->F, ws->gated, ws->dec_g, ws->dec_cnt,
                                      ws->dec_ent, async_nnz, ws->dec_pdl, stream, ws->dec_gate_warps,
-                                     ws->dec_in.gain ? &ws->dec_in : NULL, ws->dec_x);
+                                     ws->dec_in.gain ? &ws->dec_in : NULL);
         if (e) return e;
         r.path = TWELL_PATH_SPARSE;
         r.decode = 1;

@@ -808,8 +808,6 @@ static void test_decode(void **state) {
         long long want_nnz = 0;
         int full_tiles = 0;
         double worst_h = 0.0;
-        // the GEMV gate of a gated FFN (one to four rows) leaves the up to the down kernel: its lists hold g
-        const bool holds_g = sh.gated && sh.M <= GEMV_MAX_M && sh.D <= TWELL_DEC_DOWN_MAX_D;
         for (int m = 0; m < sh.M; m++) {
             for (int t = 0; t < tiles; t++) {
                 int c = 0;
@@ -835,7 +833,7 @@ static void test_decode(void **state) {
                         fail_msg("decode list row %d group %d: entry %d has unit %u, want %d", m, gr, c - 1, e.x, n);
                     // non-gated: h = g; gated: g * (x . Wu[n]) in float64, the error relative to g * sum |x Wu|
                     double want = g[k], scale = g[k];
-                    if (sh.gated && !holds_g) {
+                    if (sh.gated) {
                         double dot = 0.0, mag = 0.0;
                         for (int d = 0; d < sh.D; d++) {
                             const double p = (double)P.X[(size_t)m * sh.D + d] * (double)P.Wu[(size_t)n * sh.D + d];
@@ -850,8 +848,7 @@ static void test_decode(void **state) {
                     // h = bf16(g * bf16(dot)), as on the dense path: a bf16 value within two roundings (each at most
                     // 2^-8 relative: 8 significant bits) and the fp32 dot's error of the exact value
                     const double err = fabs((double)gotf - want) / (scale > 0 ? scale : 1.0) -
-                                       (sh.gated && !holds_g ? 2.01 * ldexp(fabs(want), -8) / (scale > 0 ? scale : 1.0)
-                                                             : 0.0);
+                                       (sh.gated ? 2.01 * ldexp(fabs(want), -8) / (scale > 0 ? scale : 1.0) : 0.0);
                     if (sh.gated && bf16r(gotf) != gotf)
                         fail_msg("decode list row %d unit %d: h = %.9g is not a bf16 value", m, n, (double)gotf);
                     if (!(err < 1e-5))
@@ -865,9 +862,7 @@ static void test_decode(void **state) {
         assert_true(*ws.dense_nnz_host == (unsigned long long)want_nnz);
         assert_true(fabs(twell_ffn_read_count(&ws) - (double)want_nnz / sh.M) < 1e-9);  // the copy has landed
         // The other gate width (4 or 8 split-K warps per CTA; 4 only at more than 32 rows) gives the same g, counts,
-        // lists and Y (the pre-activations here are exact in any order; the up sums each pair in the same order). At
-        // one to four rows that is the mma gate against the GEMV gate, whose lists hold g where the mma gate's hold h
-        // (the down kernel then computes h): the same units, and the same Y bit for bit, so the same h.
+        // lists and Y (the pre-activations here are exact in any order; the up sums each pair in the same order).
         {
             std::vector<uint16_t> y0((size_t)sh.M * sh.D), y1(y0.size()), g1((size_t)sh.M * sh.F);
             std::vector<int> cnt1(cnt.size());
@@ -891,7 +886,7 @@ static void test_decode(void **state) {
                 for (int gr = 0; gr < groups; gr++)
                     for (int j = 0; j < cnt[(size_t)m * groups + gr]; j++) {
                         const size_t k = (size_t)m * sh.F + gr * TWELL_DEC_GROUP + j;
-                        if (ent[k].x != ent1[k].x || (!holds_g && ent[k].y != ent1[k].y))
+                        if (ent[k].x != ent1[k].x || ent[k].y != ent1[k].y)
                             fail_msg("decode, other gate width: row %d group %d entry %d differs", m, gr, j);
                     }
             assert_memory_equal(y0.data(), y1.data(), 2 * y0.size());
